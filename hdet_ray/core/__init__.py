@@ -1,0 +1,1 @@
+"""The pure core: spreads, hyperparameter specs, health, controllers, records. No torch, no Ray."""

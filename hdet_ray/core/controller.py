@@ -1,0 +1,406 @@
+"""Auto-LR controllers: pure functions (state, window) -> (state, Decision).
+
+A controller moves an *offset* on top of the base schedule (see `hyperparams.HyperParam.value`), so
+OneCycle's shape and momentum cycling go on after auto-LR starts; the reference code's decay factor gamma
+(whose sign is wrong with PyTorch's defaults) does not exist here.
+
+Every controller shares the same frame (`Controller.decide`):
+1. no healthy replica -> roll back: cut the rate by `rollback_cut`, reset momentum, count the rollback;
+   past `max_rollbacks` consecutive ones the Decision says `diverged` and the engine raises;
+2. the opening window (if the engine ran a wide range-test spread) -> jump to the best replica's value
+   and converge onto that replica;
+3. before `warmup_steps`, after `freeze_after` of the run, or with fewer than two finite losses -> hold;
+4. otherwise the subclass turns the window into a signal and a new offset (`_move`).
+The converge weights (plain mean, fitness-weighted, best replica) are part of the Decision too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+CONVERGE_POLICIES = ("mean", "fitness", "best")
+
+
+@dataclass(frozen=True, slots=True)
+class ParamWindow:
+    """One explored hyperparameter as the controller sees it at the end of a window."""
+
+    scale: str
+    """'log' or 'linear' (the offset's axis)."""
+    base: float
+    """The schedule's base value at the window's end (before the offset)."""
+    offset: float
+    coords: tuple[float, ...]
+    """Per replica: log(rho_r) for log spreads, rho_r - 1 for linear ones."""
+    values: tuple[float, ...]
+    """Per replica: the value applied at the window's end."""
+    offset_bounds: tuple[float, float] = (-math.inf, math.inf)
+
+    @property
+    def center(self) -> float:
+        return self.base * math.exp(self.offset) if self.scale == "log" else self.base + self.offset
+
+    def offset_for(self, new_center: float) -> float:
+        if self.scale == "log":
+            new = self.offset if (self.base <= 0 or new_center <= 0) else math.log(new_center / self.base)
+        else:
+            new = new_center - self.base
+        return clamp(new, *self.offset_bounds)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The gathered record of one sync window: the controller's only input."""
+
+    window: int
+    step: int
+    total_steps: int
+    losses: tuple[float, ...]
+    """Per replica window mean loss (NaN where non-finite or not reported)."""
+    healthy: tuple[bool, ...]
+    params: Mapping[str, ParamWindow]
+    opening: bool = False
+    """True when this window ran the wide opening spread (a range test across replicas)."""
+
+    @property
+    def replicas(self) -> int:
+        return len(self.losses)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the engine applies after a window. Plain numbers, cheap to broadcast and to record."""
+
+    offsets: dict[str, float]
+    weights: tuple[float, ...]
+    """Converge weights per replica (sum 1, 0 for excluded replicas); empty on rollback."""
+    rollback: bool = False
+    diverged: bool = False
+    acted: bool = False
+    signal: dict[str, float] = field(default_factory=dict)
+    velocity: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerState:
+    offsets: dict[str, float]
+    velocity: dict[str, float]
+    signs: dict[str, tuple[int, ...]]
+    windows: int = 0
+    rollbacks: int = 0
+    consecutive_rollbacks: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offsets": dict(self.offsets), "velocity": dict(self.velocity),
+                "signs": {k: list(v) for k, v in self.signs.items()}, "windows": self.windows,
+                "rollbacks": self.rollbacks, "consecutive_rollbacks": self.consecutive_rollbacks}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ControllerState:
+        return cls(offsets={k: float(v) for k, v in d["offsets"].items()},
+                   velocity={k: float(v) for k, v in d["velocity"].items()},
+                   signs={k: tuple(int(x) for x in v) for k, v in d["signs"].items()},
+                   windows=int(d["windows"]), rollbacks=int(d["rollbacks"]),
+                   consecutive_rollbacks=int(d["consecutive_rollbacks"]))
+
+
+def clamp(x: float, lo: float, hi: float) -> float:
+    return min(max(x, lo), hi)
+
+
+def centered_ranks(losses: Sequence[float]) -> list[float]:
+    """Fitness in [-0.5, 0.5]: the lowest loss gets +0.5, the highest -0.5; non-finite losses rank worst.
+
+    Ties share the mean of their ranks, so equal losses give equal (zero) fitness.
+    """
+    n = len(losses)
+    if n == 1:
+        return [0.0]
+    keyed = [(-x if math.isfinite(x) else -math.inf) for x in losses]  # higher is better
+    order = sorted(range(n), key=lambda i: keyed[i])
+    ranks = [0.0] * n
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and keyed[order[j + 1]] == keyed[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    return [r / (n - 1) - 0.5 for r in ranks]
+
+
+def ls_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of y on x (0 when x has no spread)."""
+    n = len(x)
+    mx, my = sum(x) / n, sum(y) / n
+    sxx = sum((a - mx) ** 2 for a in x)
+    if sxx <= 1e-300:
+        return 0.0
+    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sxx
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ControllerConfig:
+    """Settings every controller shares (the frame in the module docstring)."""
+
+    warmup_steps: int = 0
+    """S_warm: the controller holds the offset before this step (averaging and rollback still run)."""
+    freeze_after: float | None = None
+    """Fraction of the run after which the offset is frozen (e.g. 0.3: at OneCycle's peak). None: never."""
+    converge: str = "mean"
+    """'mean' (healthy replicas equally), 'fitness' (softmax of rank fitness), 'best' (copy the best)."""
+    fitness_temperature: float = 0.25
+    rollback_param: str = "lr"
+    """Which hyperparameter a rollback cuts."""
+    rollback_cut: float = 0.5
+    """Multiplier applied to that hyperparameter's centre on a rollback."""
+    max_rollbacks: int = 3
+    """Consecutive rollbacks allowed before the run is declared diverged."""
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.freeze_after is not None and not 0.0 <= self.freeze_after <= 1.0:
+            raise ValueError(f"freeze_after must be in [0, 1], got {self.freeze_after}")
+        if self.converge not in CONVERGE_POLICIES:
+            raise ValueError(f"converge must be one of {CONVERGE_POLICIES}, got {self.converge!r}")
+        if not self.fitness_temperature > 0:
+            raise ValueError(f"fitness_temperature must be > 0, got {self.fitness_temperature}")
+        if not 0.0 < self.rollback_cut < 1.0:
+            raise ValueError(f"rollback_cut must be in (0, 1), got {self.rollback_cut}")
+        if self.max_rollbacks < 0:
+            raise ValueError(f"max_rollbacks must be >= 0, got {self.max_rollbacks}")
+
+
+class Controller:
+    """Base class: the shared frame. Subclasses implement `_move`."""
+
+    name: ClassVar[str] = "hold"
+    Config: ClassVar[type[ControllerConfig]] = ControllerConfig
+
+    def __init__(self, config: ControllerConfig | None = None, **settings: Any) -> None:
+        if config is not None and settings:
+            raise TypeError("pass either a config or keyword settings, not both")
+        self.config = config if config is not None else self.Config(**settings)
+
+    def initial_state(self, names: Sequence[str]) -> ControllerState:
+        return ControllerState(offsets={n: 0.0 for n in names}, velocity={n: 0.0 for n in names},
+                               signs={n: () for n in names})
+
+    def decide(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
+        cfg = self.config
+        state = replace(state, windows=state.windows + 1)
+        if not any(window.healthy):
+            return self._rollback(state, window)
+        state = replace(state, consecutive_rollbacks=0)
+        weights = self._weights(window)
+        if window.opening:
+            return self._open(state, window)
+        progress = window.step / window.total_steps if window.total_steps else 0.0
+        finite = [x for x, ok in zip(window.losses, window.healthy) if ok and math.isfinite(x)]
+        why = ""
+        if window.step < cfg.warmup_steps:
+            why = f"warm-up (step {window.step} < {cfg.warmup_steps})"
+        elif cfg.freeze_after is not None and progress >= cfg.freeze_after:
+            why = f"frozen after {cfg.freeze_after:g} of the run"
+        elif len(finite) < 2:
+            why = "fewer than two healthy losses"
+        if why:
+            return state, Decision(offsets=dict(state.offsets), weights=weights, note=why,
+                                   velocity=dict(state.velocity))
+        state, offsets, signal, note = self._move(state, window)
+        state = replace(state, offsets=offsets)
+        acted = any(offsets[k] != window.params[k].offset for k in offsets if k in window.params)
+        return state, Decision(offsets=dict(offsets), weights=weights, acted=acted, signal=signal,
+                               velocity=dict(state.velocity), note=note)
+
+    def _move(self, state: ControllerState, window: Window
+              ) -> tuple[ControllerState, dict[str, float], dict[str, float], str]:
+        return state, dict(state.offsets), {}, "hold"
+
+    # -- shared pieces -------------------------------------------------------------------------------
+    def _rollback(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
+        cfg = self.config
+        offsets = dict(state.offsets)
+        target = cfg.rollback_param if cfg.rollback_param in window.params else next(iter(window.params), None)
+        if target is not None:
+            p = window.params[target]
+            offsets[target] = p.offset_for(p.center * cfg.rollback_cut)
+        consecutive = state.consecutive_rollbacks + 1
+        state = replace(state, offsets=offsets, velocity={k: 0.0 for k in state.velocity},
+                        signs={k: () for k in state.signs}, rollbacks=state.rollbacks + 1,
+                        consecutive_rollbacks=consecutive)
+        diverged = consecutive > cfg.max_rollbacks
+        note = (f"no healthy replica: rolled back and cut {target} by {cfg.rollback_cut:g}"
+                + (f"; {consecutive} consecutive rollbacks > max_rollbacks {cfg.max_rollbacks}" if diverged else ""))
+        return state, Decision(offsets=dict(offsets), weights=(), rollback=True, diverged=diverged,
+                               acted=True, velocity=dict(state.velocity), note=note)
+
+    def _weights(self, window: Window) -> tuple[float, ...]:
+        healthy = window.healthy
+        n_ok = sum(healthy)
+        policy = self.config.converge
+        losses_known = all(math.isfinite(x) for x, ok in zip(window.losses, healthy) if ok)
+        if policy == "mean" or not losses_known or n_ok == 1:
+            return tuple((1.0 / n_ok) if ok else 0.0 for ok in healthy)
+        fit = centered_ranks([x if ok else math.nan for x, ok in zip(window.losses, healthy)])
+        if policy == "best":
+            best = max((i for i in range(len(fit)) if healthy[i]), key=lambda i: fit[i])
+            return tuple(1.0 if i == best else 0.0 for i in range(len(fit)))
+        t = self.config.fitness_temperature
+        top = max(f for f, ok in zip(fit, healthy) if ok)
+        raw = [math.exp((f - top) / t) if ok else 0.0 for f, ok in zip(fit, healthy)]
+        total = sum(raw)
+        return tuple(x / total for x in raw)
+
+    def _open(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
+        """After the range-test window: centre every explored value on the best healthy replica's."""
+        scores = [x if (ok and math.isfinite(x)) else math.inf for x, ok in zip(window.losses, window.healthy)]
+        best = min(range(len(scores)), key=lambda i: scores[i])
+        offsets = dict(state.offsets)
+        for name, p in window.params.items():
+            offsets[name] = p.offset_for(p.center * math.exp(p.coords[best]) if p.scale == "log"
+                                         else p.center * (1.0 + p.coords[best]))
+        weights = tuple(1.0 if i == best else 0.0 for i in range(window.replicas))
+        state = replace(state, offsets=offsets)
+        return state, Decision(offsets=dict(offsets), weights=weights, acted=True, velocity=dict(state.velocity),
+                               note=f"opening range test: centred on replica {best}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PaperConfig(ControllerConfig):
+    """The paper's settings: beta 0.9, sigma 0.1, lambda 0.5."""
+
+    momentum: float = 0.9
+    """beta."""
+    temperature: float = 0.1
+    """sigma, the softmax temperature on loss differences."""
+    step_size: float = 0.5
+    """lambda."""
+
+    def __post_init__(self) -> None:
+        ControllerConfig.__post_init__(self)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not self.step_size >= 0:
+            raise ValueError(f"step_size must be >= 0, got {self.step_size}")
+
+
+class PaperController(Controller):
+    """The paper's auto-LR rule, moved onto an offset.
+
+        s_r = (mean(L) - L_r) / sigma,   w = softmax(s)
+        Delta = sum_r w_r * eta_r - mean_r(eta_r)        (zero-order hypergradient)
+        v <- beta * v + (1 - beta) * Delta
+        centre <- centre + lambda * v                    (the paper: base <- base*(1-gamma) + lambda*v)
+
+    eta_r are the values applied at the window's end; non-finite losses get weight 0.
+    """
+
+    name = "paper"
+    Config = PaperConfig
+
+    def _move(self, state, window):
+        cfg: PaperConfig = self.config  # type: ignore[assignment]
+        finite = [x for x in window.losses if math.isfinite(x)]
+        mean_loss = sum(finite) / len(finite)
+        scores = [((mean_loss - x) / cfg.temperature) if math.isfinite(x) else -math.inf for x in window.losses]
+        top = max(scores)
+        raw = [math.exp(s - top) for s in scores]
+        total = sum(raw)
+        w = [x / total for x in raw]
+        offsets, velocity, signal = dict(state.offsets), dict(state.velocity), {}
+        for name, p in window.params.items():
+            delta = sum(wi * v for wi, v in zip(w, p.values)) - sum(p.values) / len(p.values)
+            v = cfg.momentum * velocity.get(name, 0.0) + (1 - cfg.momentum) * delta
+            signal[name], velocity[name] = delta, v
+            offsets[name] = p.offset_for(p.center + cfg.step_size * v)
+        return replace(state, velocity=velocity), offsets, signal, "paper softmax update"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SlopeConfig(ControllerConfig):
+    """Rank-fitness slope with momentum, a per-window clip and a trust region (DESIGN.md section 5)."""
+
+    momentum: float = 0.9
+    step_size: float = 0.1
+    """Offset change per unit of smoothed slope (log units for log-scale hyperparameters)."""
+    clip: float = 0.5
+    """Largest offset change in one window."""
+    trust_windows: int = 3
+    """Move only when the slope's sign agreed over this many windows (1: always move)."""
+
+    def __post_init__(self) -> None:
+        ControllerConfig.__post_init__(self)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if not self.step_size >= 0:
+            raise ValueError(f"step_size must be >= 0, got {self.step_size}")
+        if not self.clip > 0:
+            raise ValueError(f"clip must be > 0, got {self.clip}")
+        if self.trust_windows < 1:
+            raise ValueError(f"trust_windows must be >= 1, got {self.trust_windows}")
+
+
+class SlopeController(Controller):
+    """Least-squares slope of centered-rank fitness against each replica's coordinate.
+
+        f = centered_ranks(-L)                       (non-finite losses rank worst)
+        b = slope of f on x (x = log rho or rho - 1)
+        v <- beta * v + (1 - beta) * b               (v reset to 0 first when sign(b) flips)
+        o <- clamp(o + clip(step_size * v, +-clip), offset_bounds)   only if sign(b) agreed k windows
+    """
+
+    name = "slope"
+    Config = SlopeConfig
+
+    def _move(self, state, window):
+        cfg: SlopeConfig = self.config  # type: ignore[assignment]
+        fit = centered_ranks(list(window.losses))
+        offsets, velocity, signs, signal = dict(state.offsets), dict(state.velocity), dict(state.signs), {}
+        notes = []
+        for name, p in window.params.items():
+            b = ls_slope(p.coords, fit)
+            s = _sign(b)
+            history = signs.get(name, ())
+            v = velocity.get(name, 0.0)
+            if history and s != 0 and history[-1] != 0 and s != history[-1]:
+                v = 0.0
+                notes.append(f"{name}: sign flip, momentum reset")
+            v = cfg.momentum * v + (1 - cfg.momentum) * b
+            history = (history + (s,))[-cfg.trust_windows:]
+            signal[name], velocity[name], signs[name] = b, v, history
+            agreed = len(history) == cfg.trust_windows and s != 0 and all(h == s for h in history)
+            if agreed:
+                step = clamp(cfg.step_size * v, -cfg.clip, cfg.clip)
+                offsets[name] = clamp(p.offset + step, *p.offset_bounds)
+            else:
+                offsets[name] = p.offset
+        note = "; ".join(notes) or "slope update"
+        return replace(state, velocity=velocity, signs=signs), offsets, signal, note
+
+
+CONTROLLERS: dict[str, type[Controller]] = {c.name: c for c in (Controller, PaperController, SlopeController)}
+
+
+def make_controller(name: str = "slope", **settings: Any) -> Controller:
+    """Build a registered controller by name ('slope', 'paper', 'hold'); unknown settings name themselves."""
+    if name not in CONTROLLERS:
+        raise ValueError(f"controller must be one of {sorted(CONTROLLERS)}, got {name!r}")
+    cls = CONTROLLERS[name]
+    known = {f.name for f in fields(cls.Config)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"controller {name!r} has no setting(s) {unknown}; allowed: {sorted(known)}")
+    return cls(**settings)

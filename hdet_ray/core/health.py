@@ -1,0 +1,87 @@
+"""Which replicas are fit to be averaged: a pure verdict from each replica's window statistics.
+
+A replica is unhealthy when
+- its window loss or its parameters are non-finite;
+- its loss blew up while staying finite: the mean over the window's second half is above
+  `blowup_factor` x the window's starting loss (the loss of the converged parameters on the window's
+  first batches, the mean of the replicas' first-step losses);
+- it fell back to chance: it had learned (its own lowest loss, or the window's starting loss, was below
+  chance by more than `chance_margin`) and the second half of the window sits within `chance_tolerance`
+  of `chance_loss`. A too-high rate leaves a ten-class network at ln(10) = 2.303: no NaN check sees it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from collections.abc import Sequence
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HealthConfig:
+    blowup_factor: float = 2.0
+    """Unhealthy when the window's tail loss exceeds this multiple of the window's starting loss."""
+    chance_loss: float | None = None
+    """The loss of a dead model (ln(classes) for cross-entropy); None disables the check."""
+    chance_tolerance: float = 0.03
+    """'At chance' means within this fraction of `chance_loss`."""
+    chance_margin: float = 0.1
+    """'Had learned' means at least this fraction below `chance_loss`."""
+
+    def __post_init__(self) -> None:
+        if not self.blowup_factor > 1.0:
+            raise ValueError(f"HealthConfig.blowup_factor must be > 1, got {self.blowup_factor}")
+        if self.chance_loss is not None and not self.chance_loss > 0:
+            raise ValueError(f"HealthConfig.chance_loss must be > 0, got {self.chance_loss}")
+        if not 0.0 <= self.chance_tolerance < 1.0:
+            raise ValueError(f"HealthConfig.chance_tolerance must be in [0, 1), got {self.chance_tolerance}")
+        if not 0.0 <= self.chance_margin < 1.0:
+            raise ValueError(f"HealthConfig.chance_margin must be in [0, 1), got {self.chance_margin}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStats:
+    """What one rank accumulated over a window (read once, at the sync)."""
+
+    mean_loss: float
+    first_loss: float
+    tail_loss: float
+    min_loss: float
+    params_finite: bool
+    count: int
+
+
+def start_loss(stats: Sequence[ReplicaStats]) -> float:
+    firsts = [s.first_loss for s in stats if math.isfinite(s.first_loss)]
+    return sum(firsts) / len(firsts) if firsts else math.nan
+
+
+def assess(stats: Sequence[ReplicaStats], config: HealthConfig) -> tuple[list[bool], dict[int, str]]:
+    """(healthy flag per replica, reason per unhealthy replica)."""
+    start = start_loss(stats)
+    healthy: list[bool] = []
+    reasons: dict[int, str] = {}
+    for r, s in enumerate(stats):
+        reason = _reason(s, start, config)
+        healthy.append(reason is None)
+        if reason is not None:
+            reasons[r] = reason
+    return healthy, reasons
+
+
+def _reason(s: ReplicaStats, start: float, config: HealthConfig) -> str | None:
+    if not s.params_finite:
+        return "non-finite parameters"
+    if s.count == 0:
+        return None  # no loss reported: judged on parameters alone
+    if not (math.isfinite(s.mean_loss) and math.isfinite(s.tail_loss)):
+        return "non-finite loss"
+    if math.isfinite(start) and start > 0 and s.tail_loss > config.blowup_factor * start:
+        return f"loss blew up ({s.tail_loss:.4g} > {config.blowup_factor:g} x start {start:.4g})"
+    chance = config.chance_loss
+    if chance is not None:
+        learned = min(s.min_loss, start if math.isfinite(start) else math.inf) < chance * (1 - config.chance_margin)
+        at_chance = abs(s.tail_loss - chance) <= config.chance_tolerance * chance
+        if learned and at_chance:
+            return f"fell back to chance (loss {s.tail_loss:.4g} ~ {chance:.4g})"
+    return None

@@ -1,0 +1,120 @@
+"""Spreads: the per-replica multipliers around a shared base, and their assignment to ranks.
+
+Pure functions of (replicas, size, seed, window, name): every rank computes the same answer with no
+communication, and nothing here touches the global RNG (each call builds its own NumPy generator).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+SPREAD_KINDS = ("linear", "log")
+
+
+def linear_spread(replicas: int, alpha: float) -> list[float]:
+    """The paper's linear, symmetric multipliers.
+
+    rho_r = 1 + alpha * (r - (N-1)/2) / d,  d = max((N-1)/2, 0.5)
+
+    so sum(rho) = N and rho lies in [1 - alpha, 1 + alpha]; alpha = 0 is plain data parallel.
+    """
+    _check_replicas(replicas)
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError(f"linear spread alpha must be in [0, 1), got {alpha}")
+    half = (replicas - 1) / 2
+    d = max(half, 0.5)
+    return [1.0 + alpha * (r - half) / d for r in range(replicas)]
+
+
+def log_spread(replicas: int, factor: float) -> list[float]:
+    """Log-symmetric multipliers: rho_r = factor ** z_r with z_r evenly spaced in [-1, 1].
+
+    Explores factors rather than fractions (rho in [1/factor, factor], geometric mean 1); the natural
+    choice when the base may be off by 10x. factor = 1 is plain data parallel.
+    """
+    _check_replicas(replicas)
+    if not factor >= 1.0 or not math.isfinite(factor):
+        raise ValueError(f"log spread factor must be a finite number >= 1, got {factor}")
+    if replicas == 1:
+        return [1.0]
+    return [factor ** (-1.0 + 2.0 * r / (replicas - 1)) for r in range(replicas)]
+
+
+def spread(kind: str, replicas: int, size: float) -> list[float]:
+    """Multipliers of `kind` ('linear': size is alpha; 'log': size is the factor), sorted ascending."""
+    if kind == "linear":
+        return linear_spread(replicas, size)
+    if kind == "log":
+        return log_spread(replicas, size)
+    raise ValueError(f"spread kind must be one of {SPREAD_KINDS}, got {kind!r}")
+
+
+def coordinates(multipliers: Sequence[float], kind: str) -> list[float]:
+    """Where each multiplier sits on the axis the controller fits against: log(rho) or rho - 1."""
+    if kind == "log":
+        return [math.log(m) for m in multipliers]
+    return [m - 1.0 for m in multipliers]
+
+
+def _check_replicas(replicas: int) -> None:
+    if not isinstance(replicas, int) or replicas < 1:
+        raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
+
+
+def _generator(seed: int, window: int, name: str) -> np.random.Generator:
+    # crc32, not hash(): Python salts str hashes per process, and every rank must agree.
+    return np.random.default_rng([seed & 0xFFFFFFFF, window, zlib.crc32(name.encode())])
+
+
+def permutation(replicas: int, seed: int, window: int, name: str) -> list[int]:
+    """perm[r] = which sorted multiplier rank r uses in `window` for hyperparameter `name`.
+
+    Drawn afresh per window and independently per hyperparameter from a generator seeded by
+    (seed, window, name), so the loss differences are not confounded across hyperparameters.
+    """
+    return [int(i) for i in _generator(seed, window, name).permutation(replicas)]
+
+
+def _correlation(a: Sequence[float], b: Sequence[float]) -> float:
+    a = np.asarray(a) - np.mean(a)
+    b = np.asarray(b) - np.mean(b)
+    denom = math.sqrt(float(a @ a) * float(b @ b))
+    return 0.0 if denom == 0.0 else float(a @ b) / denom
+
+
+def balanced_permutations(replicas: int, names: Sequence[str], seed: int, window: int,
+                          candidates: int = 256) -> dict[str, list[int]]:
+    """One permutation per hyperparameter, chosen so their assignments are as uncorrelated as possible.
+
+    The first name gets a random permutation; each further name gets, among `candidates` seeded draws
+    (all permutations when N <= 6), the one whose rank pattern has the smallest largest |correlation| with
+    those already chosen. With N = 4 and two hyperparameters the correlation is exactly 0.
+    """
+    chosen: dict[str, list[int]] = {}
+    pool: list[list[int]] | None = None
+    if replicas <= 6:
+        pool = [list(p) for p in itertools.permutations(range(replicas))]
+    for i, name in enumerate(names):
+        rng = _generator(seed, window, name)
+        if i == 0:
+            chosen[name] = [int(x) for x in rng.permutation(replicas)]
+            continue
+        if pool is not None:
+            order = rng.permutation(len(pool))
+            options = [pool[j] for j in order]
+        else:
+            options = [[int(x) for x in rng.permutation(replicas)] for _ in range(candidates)]
+        best, best_score = options[0], math.inf
+        for perm in options:
+            score = max(abs(_correlation(perm, prev)) for prev in chosen.values())
+            if score < best_score - 1e-12:
+                best, best_score = perm, score
+                if score < 1e-12:
+                    break
+        chosen[name] = best
+    return chosen
