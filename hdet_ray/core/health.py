@@ -56,9 +56,12 @@ def start_loss(stats: Sequence[ReplicaStats]) -> float:
     return sum(firsts) / len(firsts) if firsts else math.nan
 
 
-def assess(stats: Sequence[ReplicaStats], config: HealthConfig) -> tuple[list[bool], dict[int, str]]:
-    """(healthy flag per replica, reason per unhealthy replica)."""
+def assess(stats: Sequence[ReplicaStats], config: HealthConfig, previous: float = math.nan
+           ) -> tuple[list[bool], dict[int, str]]:
+    """(healthy flag per replica, reason per unhealthy replica). `previous`: last window's median loss."""
     start = start_loss(stats)
+    if math.isfinite(previous):
+        start = max(start, previous) if math.isfinite(start) else previous
     healthy: list[bool] = []
     reasons: dict[int, str] = {}
     for r, s in enumerate(stats):
@@ -77,7 +80,7 @@ def _reason(s: ReplicaStats, start: float, config: HealthConfig) -> str | None:
     if not (math.isfinite(s.mean_loss) and math.isfinite(s.tail_loss)):
         return "non-finite loss"
     if math.isfinite(start) and start > 0 and s.tail_loss > config.blowup_factor * start:
-        return f"loss blew up ({s.tail_loss:.4g} > {config.blowup_factor:g} x start {start:.4g})"
+        return f"loss blew up ({s.tail_loss:.4g} > {config.blowup_factor:g} x reference {start:.4g})"
     chance = config.chance_loss
     if chance is not None:
         learned = min(s.min_loss, start if math.isfinite(start) else math.inf) < chance * (1 - config.chance_margin)

@@ -152,9 +152,12 @@ class HDETOneCycleLR(OneCycleLR):
 
         self._h_params = [p for g in optimizer.param_groups for p in g["params"]]
         self.window = 0
+        self.steps_done = 0
         self._h_in_window = 0
         self._h_loss = WindowLoss(sync_every)
         self.records: list[WindowRecord] = []
+        self._h_pending: dict[str, float] = {}
+        self._h_previous_loss = math.nan
         self._h_grad_hook = None
         if fanout == "shared_grad" and self.replicas > 1 and not _is_ddp(model):
             self._h_grad_hook = optimizer.register_step_pre_hook(self._average_gradients)
@@ -178,6 +181,7 @@ class HDETOneCycleLR(OneCycleLR):
         if loss is not None:
             self._h_loss.add(loss, self._h_in_window)
         self._h_in_window += 1
+        self.steps_done += 1
         if self._h_in_window == self.sync_every:
             self._sync()
         super().step()
@@ -235,6 +239,17 @@ class HDETOneCycleLR(OneCycleLR):
             f.div_(self.replicas)
         converge.unpack(flats, grads)
 
+    def annotate(self, **metrics: float) -> None:
+        """Attach metrics (a validation score, wall time) to the next window's record."""
+        self._h_pending.update({k: float(v) for k, v in metrics.items()})
+
+    def finish(self) -> WindowRecord | None:
+        """Converge a last, partial window (call after the final step when steps % sync_every != 0)."""
+        if self._h_in_window == 0:
+            return None
+        self._sync()
+        return self.records[-1]
+
     # -- the sync ---------------------------------------------------------------------------------------
     def _sync(self) -> None:
         average_opt = self.optimizer_state == "average"
@@ -243,13 +258,15 @@ class HDETOneCycleLR(OneCycleLR):
         device = flats[0].device if flats else torch.device("cpu")
         local = self._h_loss.stats(device, converge.all_finite(flats))
         stats = self._gather(local)
-        healthy, reasons = assess(stats, self.health)
+        healthy, reasons = assess(stats, self.health, self._h_previous_loss)
         window = self._window_input(stats, healthy)
         record = draft_record(window, stats, reasons, self._h_all_mults, start_loss(stats))
+        record.metrics.update(self._h_pending)
+        self._h_pending = {}
         decision = self._decide(window, record)
         complete_record(record, decision)
         if decision.diverged:
-            raise HDETDivergedError(self.window, self.last_epoch + 1, decision.note)
+            raise HDETDivergedError(self.window, self.steps_done, decision.note)
         if decision.rollback:
             self._restore()
         else:
@@ -259,6 +276,9 @@ class HDETOneCycleLR(OneCycleLR):
             if self.optimizer_state == "reset":
                 self.optimizer.state.clear()
         self._h_cstate = _with_offsets(self._h_cstate, decision.offsets)
+        kept = sorted(x for x, ok in zip(window.losses, healthy) if ok and math.isfinite(x))
+        if kept and not decision.rollback:
+            self._h_previous_loss = kept[len(kept) // 2]
         self.records.append(record)
         if self.rank == 0 and self._h_on_record is not None:
             self._h_on_record(record)
@@ -292,7 +312,7 @@ class HDETOneCycleLR(OneCycleLR):
                 values=tuple(hp.value(base, offsets[hp.name], m) for m in mults),
                 offset_bounds=hp.offset_bounds)
         losses = tuple(s.mean_loss if (s.count and math.isfinite(s.mean_loss)) else math.nan for s in stats)
-        return Window(window=self.window, step=self.last_epoch + 1, total_steps=self.total_steps,
+        return Window(window=self.window, step=self.steps_done, total_steps=self.total_steps,
                       losses=losses, healthy=tuple(healthy), params=params, opening=self._h_opening)
 
     def _decide(self, window: Window, record: WindowRecord) -> Decision:
@@ -340,12 +360,15 @@ class HDETOneCycleLR(OneCycleLR):
                 if k != "optimizer" and not k.startswith("_h_") and k not in _HDET_ATTRS}
         base["hdet"] = {
             "window": self.window,
+            "steps_done": self.steps_done,
             "in_window": self._h_in_window,
             "loss": self._h_loss.state_dict(),
             "controller": self._h_cstate.to_dict(),
             "records": [r.to_dict() for r in self.records],
             "appliers": {k: a.state_dict() for k, a in self._h_appliers.items()},
             "base_now": list(self._h_base_now),
+            "pending": dict(self._h_pending),
+            "previous_loss": self._h_previous_loss,
             "snapshot": ([f.detach().cpu().clone() for f in self._h_snapshot[0]],
                          self._h_snapshot[1], self._h_snapshot[2]),
         }
@@ -356,6 +379,7 @@ class HDETOneCycleLR(OneCycleLR):
         h = state.pop("hdet")
         self.__dict__.update(state)
         self.window, self._h_in_window = int(h["window"]), int(h["in_window"])
+        self.steps_done = int(h["steps_done"])
         device = self._h_params[0].device if self._h_params else torch.device("cpu")
         self._h_loss.load_state_dict(h["loss"], device)
         self._h_cstate = ControllerState.from_dict(h["controller"])
@@ -363,6 +387,8 @@ class HDETOneCycleLR(OneCycleLR):
         for k, a in self._h_appliers.items():
             a.load_state_dict(h["appliers"][k])
         self._h_base_now = list(h["base_now"])
+        self._h_pending = dict(h["pending"])
+        self._h_previous_loss = float(h["previous_loss"])
         flats, signature, with_opt = h["snapshot"]
         targets = converge.pack(converge.state_tensors(self._h_params, self.model, None))
         dev = targets[0].device if targets else device
@@ -378,7 +404,7 @@ class HDETOneCycleLR(OneCycleLR):
 
 
 _HDET_ATTRS = {"replicas", "rank", "sync_every", "fanout", "seed", "optimizer_state", "balanced",
-               "opening_spread", "health", "model", "explore", "controller", "window", "records"}
+               "opening_spread", "health", "model", "explore", "controller", "window", "records", "steps_done"}
 
 
 def _signature(tensors: Sequence[torch.Tensor]) -> list[tuple]:
