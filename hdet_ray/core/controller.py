@@ -340,6 +340,8 @@ class SlopeConfig(ControllerConfig):
     """Largest offset change in one window."""
     trust_windows: int = 3
     """Move only when the slope's sign agreed over this many windows (1: always move)."""
+    urgent: bool = True
+    """When a replica was excluded as unhealthy, move now, without waiting for the trust region."""
 
     def __post_init__(self) -> None:
         ControllerConfig.__post_init__(self)
@@ -360,6 +362,7 @@ class SlopeController(Controller):
         b = slope of f on x (x = log rho or rho - 1)
         v <- beta * v + (1 - beta) * b               (v reset to 0 first when sign(b) flips)
         o <- clamp(o + clip(step_size * v, +-clip), offset_bounds)   only if sign(b) agreed k windows
+                                                                    (or, if `urgent`, a replica was unhealthy)
     """
 
     name = "slope"
@@ -382,7 +385,10 @@ class SlopeController(Controller):
             history = (history + (s,))[-cfg.trust_windows:]
             signal[name], velocity[name], signs[name] = b, v, history
             agreed = len(history) == cfg.trust_windows and s != 0 and all(h == s for h in history)
-            if agreed:
+            urgent = cfg.urgent and s != 0 and not all(window.healthy)
+            if urgent and not agreed:
+                notes.append(f"{name}: unhealthy replica, moving without the trust region")
+            if agreed or urgent:
                 step = clamp(cfg.step_size * v, -cfg.clip, cfg.clip)
                 offsets[name] = clamp(p.offset + step, *p.offset_bounds)
             else:

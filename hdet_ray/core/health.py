@@ -2,12 +2,12 @@
 
 A replica is unhealthy when
 - its window loss or its parameters are non-finite;
-- its loss blew up while staying finite: the mean over the window's second half is above
+- its loss blew up while staying finite: its window mean or the mean over the window's second half is above
   `blowup_factor` x the window's starting loss (the loss of the converged parameters on the window's
   first batches, the mean of the replicas' first-step losses);
-- it fell back to chance: it had learned (its own lowest loss, or the window's starting loss, was below
-  chance by more than `chance_margin`) and the second half of the window sits within `chance_tolerance`
-  of `chance_loss`. A too-high rate leaves a ten-class network at ln(10) = 2.303: no NaN check sees it.
+- it fell back to chance: it had learned (its own lowest loss, the window's starting loss or the previous
+  window's median loss or the run's best median was below chance by more than `chance_margin`) and the second half of the window sits
+  at `chance_loss` (within `chance_tolerance`) or above it. A too-high rate leaves a ten-class network at ln(10) = 2.303: no NaN check sees it.
 """
 
 from __future__ import annotations
@@ -56,35 +56,41 @@ def start_loss(stats: Sequence[ReplicaStats]) -> float:
     return sum(firsts) / len(firsts) if firsts else math.nan
 
 
-def assess(stats: Sequence[ReplicaStats], config: HealthConfig, previous: float = math.nan
-           ) -> tuple[list[bool], dict[int, str]]:
-    """(healthy flag per replica, reason per unhealthy replica). `previous`: last window's median loss."""
-    start = start_loss(stats)
+def assess(stats: Sequence[ReplicaStats], config: HealthConfig, previous: float = math.nan,
+           best: float = math.nan) -> tuple[list[bool], dict[int, str]]:
+    """(healthy flag per replica, reason per unhealthy replica).
+
+    `previous`: the last converged window's median loss; `best`: the lowest such median of the run.
+    """
+    first = start_loss(stats)
+    reference = first
     if math.isfinite(previous):
-        start = max(start, previous) if math.isfinite(start) else previous
+        reference = max(first, previous) if math.isfinite(first) else previous
+    lowest = min((x for x in (first, previous, best) if math.isfinite(x)), default=math.inf)
     healthy: list[bool] = []
     reasons: dict[int, str] = {}
     for r, s in enumerate(stats):
-        reason = _reason(s, start, config)
+        reason = _reason(s, reference, lowest, config)
         healthy.append(reason is None)
         if reason is not None:
             reasons[r] = reason
     return healthy, reasons
 
 
-def _reason(s: ReplicaStats, start: float, config: HealthConfig) -> str | None:
+def _reason(s: ReplicaStats, reference: float, lowest: float, config: HealthConfig) -> str | None:
     if not s.params_finite:
         return "non-finite parameters"
     if s.count == 0:
         return None  # no loss reported: judged on parameters alone
     if not (math.isfinite(s.mean_loss) and math.isfinite(s.tail_loss)):
         return "non-finite loss"
-    if math.isfinite(start) and start > 0 and s.tail_loss > config.blowup_factor * start:
-        return f"loss blew up ({s.tail_loss:.4g} > {config.blowup_factor:g} x reference {start:.4g})"
+    worst = max(s.tail_loss, s.mean_loss)
+    if math.isfinite(reference) and reference > 0 and worst > config.blowup_factor * reference:
+        return f"loss blew up ({worst:.4g} > {config.blowup_factor:g} x reference {reference:.4g})"
     chance = config.chance_loss
     if chance is not None:
-        learned = min(s.min_loss, start if math.isfinite(start) else math.inf) < chance * (1 - config.chance_margin)
-        at_chance = abs(s.tail_loss - chance) <= config.chance_tolerance * chance
+        learned = min(s.min_loss, lowest) < chance * (1 - config.chance_margin)
+        at_chance = s.tail_loss >= chance * (1 - config.chance_tolerance)  # at chance, or worse
         if learned and at_chance:
             return f"fell back to chance (loss {s.tail_loss:.4g} ~ {chance:.4g})"
     return None

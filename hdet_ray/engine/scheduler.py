@@ -158,6 +158,7 @@ class HDETOneCycleLR(OneCycleLR):
         self.records: list[WindowRecord] = []
         self._h_pending: dict[str, float] = {}
         self._h_previous_loss = math.nan
+        self._h_best_loss = math.inf
         self._h_grad_hook = None
         if fanout == "shared_grad" and self.replicas > 1 and not _is_ddp(model):
             self._h_grad_hook = optimizer.register_step_pre_hook(self._average_gradients)
@@ -258,7 +259,7 @@ class HDETOneCycleLR(OneCycleLR):
         device = flats[0].device if flats else torch.device("cpu")
         local = self._h_loss.stats(device, converge.all_finite(flats))
         stats = self._gather(local)
-        healthy, reasons = assess(stats, self.health, self._h_previous_loss)
+        healthy, reasons = assess(stats, self.health, self._h_previous_loss, self._h_best_loss)
         window = self._window_input(stats, healthy)
         record = draft_record(window, stats, reasons, self._h_all_mults, start_loss(stats))
         record.metrics.update(self._h_pending)
@@ -272,13 +273,15 @@ class HDETOneCycleLR(OneCycleLR):
         else:
             converge.weighted_average(flats, decision.weights[self.rank], group=self._h_group)
             converge.unpack(flats, tensors)
-            self._h_snapshot = (flats, _signature(tensors), average_opt)
+            if all(healthy):  # survivors of a window that killed replicas may be damaged: keep the older state
+                self._h_snapshot = (flats, _signature(tensors), average_opt)
             if self.optimizer_state == "reset":
                 self.optimizer.state.clear()
         self._h_cstate = _with_offsets(self._h_cstate, decision.offsets)
         kept = sorted(x for x, ok in zip(window.losses, healthy) if ok and math.isfinite(x))
         if kept and not decision.rollback:
             self._h_previous_loss = kept[len(kept) // 2]
+            self._h_best_loss = min(self._h_best_loss, self._h_previous_loss)
         self.records.append(record)
         if self.rank == 0 and self._h_on_record is not None:
             self._h_on_record(record)
@@ -369,6 +372,7 @@ class HDETOneCycleLR(OneCycleLR):
             "base_now": list(self._h_base_now),
             "pending": dict(self._h_pending),
             "previous_loss": self._h_previous_loss,
+            "best_loss": self._h_best_loss,
             "snapshot": ([f.detach().cpu().clone() for f in self._h_snapshot[0]],
                          self._h_snapshot[1], self._h_snapshot[2]),
         }
@@ -389,6 +393,7 @@ class HDETOneCycleLR(OneCycleLR):
         self._h_base_now = list(h["base_now"])
         self._h_pending = dict(h["pending"])
         self._h_previous_loss = float(h["previous_loss"])
+        self._h_best_loss = float(h["best_loss"])
         flats, signature, with_opt = h["snapshot"]
         targets = converge.pack(converge.state_tensors(self._h_params, self.model, None))
         dev = targets[0].device if targets else device
