@@ -48,7 +48,7 @@ class HDETOneCycleLR(OneCycleLR):
     """OneCycleLR, with the same arguments and defaults, plus keyword-only HDET options.
 
     Args (HDET, keyword-only):
-        sync_every: T, steps between syncs (converge + controller decision).
+        sync_every: T, steps between syncs (converge + controller decision); default min(50, total_steps).
         explore: the hyperparameters to explore (default: the learning rate, log spread factor 2).
         fanout: 'local' (replicas independent between syncs) or 'shared_grad' (the paper's: averaged
             gradients every step, own rate per rank). With a DDP-wrapped `model`, DDP averages them.
@@ -86,7 +86,7 @@ class HDETOneCycleLR(OneCycleLR):
         three_phase: bool = False,
         last_epoch: int = -1,
         *,
-        sync_every: int = 50,
+        sync_every: int | None = None,
         explore: Sequence[HyperParam] | None = None,
         fanout: str = "local",
         controller: str | Controller = "slope",
@@ -107,6 +107,8 @@ class HDETOneCycleLR(OneCycleLR):
         super().__init__(optimizer, max_lr, total_steps, epochs, steps_per_epoch, pct_start, anneal_strategy,
                          cycle_momentum, base_momentum, max_momentum, div_factor, final_div_factor,
                          three_phase, last_epoch)
+        if sync_every is None:
+            sync_every = min(50, self.total_steps)
         if not isinstance(sync_every, int) or not 1 <= sync_every <= self.total_steps:
             raise ValueError(f"sync_every must be an integer in [1, total_steps={self.total_steps}], got {sync_every!r}")
         if fanout not in FANOUT_MODES:

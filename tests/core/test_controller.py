@@ -1,0 +1,209 @@
+"""Controllers driven by scripted windows, checked against hand computations of the written formulas."""
+
+import math
+
+import pytest
+
+from hdet_ray.core.controller import (
+    Controller,
+    ControllerState,
+    PaperController,
+    ParamWindow,
+    SlopeController,
+    Window,
+    centered_ranks,
+    make_controller,
+)
+from hdet_ray.core.spread import log_spread
+
+MULTS = log_spread(4, 2.0)  # replica r uses MULTS[r]: the higher the index, the higher the rate
+
+
+def window(losses, *, mults=MULTS, healthy=None, index=0, step=100, total=1000, offset=0.0, base=1.0,
+           opening=False, bounds=(-math.inf, math.inf)):
+    values = tuple(base * math.exp(offset) * m for m in mults)
+    p = ParamWindow(scale="log", base=base, offset=offset, coords=tuple(math.log(m) for m in mults),
+                    values=values, offset_bounds=bounds)
+    return Window(window=index, step=step, total_steps=total, losses=tuple(losses),
+                  healthy=tuple(healthy if healthy is not None else [True] * len(losses)),
+                  params={"lr": p}, opening=opening)
+
+
+def run(controller, windows):
+    state = controller.initial_state(["lr"])
+    decisions = []
+    for w in windows:
+        state, d = controller.decide(state, w)
+        decisions.append(d)
+    return state, decisions
+
+
+# -- the shared contract every moving controller must pass -------------------------------------------------
+CONTRACT = [
+    lambda: PaperController(),
+    lambda: SlopeController(trust_windows=1),
+    lambda: SlopeController(trust_windows=3),
+    lambda: make_controller("slope", converge="fitness"),
+]
+
+
+@pytest.mark.parametrize("factory", CONTRACT)
+def test_contract_higher_rate_better_moves_up(factory):
+    _, ds = run(factory(), [window([4.0, 3.0, 2.0, 1.0], index=i, step=100 * (i + 1)) for i in range(4)])
+    assert ds[-1].offsets["lr"] > 0
+
+
+@pytest.mark.parametrize("factory", CONTRACT)
+def test_contract_lower_rate_better_moves_down(factory):
+    _, ds = run(factory(), [window([1.0, 2.0, 3.0, 4.0], index=i, step=100 * (i + 1)) for i in range(4)])
+    assert ds[-1].offsets["lr"] < 0
+
+
+@pytest.mark.parametrize("factory", CONTRACT + [lambda: Controller()])
+def test_contract_equal_losses_move_nothing(factory):
+    state, ds = run(factory(), [window([2.0] * 4, index=i) for i in range(4)])
+    assert all(d.offsets["lr"] == 0.0 for d in ds)
+    assert not any(d.rollback for d in ds)
+    assert state.windows == 4
+
+
+@pytest.mark.parametrize("factory", CONTRACT + [lambda: Controller()])
+def test_contract_state_round_trips(factory):
+    c = factory()
+    state, _ = run(c, [window([4.0, 3.0, 2.0, 1.0], index=i) for i in range(3)])
+    assert ControllerState.from_dict(state.to_dict()) == state
+
+
+@pytest.mark.parametrize("factory", CONTRACT)
+def test_contract_nan_ranks_worst(factory):
+    # the highest-rate replica went NaN: its rate must not be favoured
+    _, ds = run(factory(), [window([2.0, 2.0, 2.0, math.nan], healthy=[True, True, True, False], index=i)
+                            for i in range(3)])
+    assert ds[-1].offsets["lr"] <= 0
+
+
+# -- hand computations --------------------------------------------------------------------------------------
+def test_paper_controller_matches_the_equations():
+    L = [1.0, 0.9, 0.8, 0.7]
+    eta = [1.0, 2.0, 3.0, 4.0]
+    sigma, beta, lam = 0.1, 0.9, 0.5
+    # by hand: s = (mean(L) - L) / sigma = [-1.5, -0.5, 0.5, 1.5]; w = softmax(s)
+    e = [math.exp(-1.5), math.exp(-0.5), math.exp(0.5), math.exp(1.5)]
+    w = [x / sum(e) for x in e]
+    delta = sum(wi * v for wi, v in zip(w, eta)) - 2.5
+    assert delta == pytest.approx(0.99265, abs=1e-5)
+    v1 = (1 - beta) * delta
+    p = ParamWindow(scale="log", base=2.5, offset=0.0, coords=(0.0,) * 4, values=tuple(eta))
+    win = Window(window=0, step=10, total_steps=100, losses=tuple(L), healthy=(True,) * 4, params={"lr": p})
+    c = PaperController(momentum=beta, temperature=sigma, step_size=lam)
+    state, d = c.decide(c.initial_state(["lr"]), win)
+    assert d.signal["lr"] == pytest.approx(delta, rel=1e-12)
+    assert d.velocity["lr"] == pytest.approx(v1, rel=1e-12)
+    assert d.offsets["lr"] == pytest.approx(math.log((2.5 + lam * v1) / 2.5), rel=1e-12)
+    # second window, same losses: v2 = beta*v1 + (1-beta)*delta; centre moves from the new centre
+    p2 = ParamWindow(scale="log", base=2.5, offset=d.offsets["lr"], coords=(0.0,) * 4, values=tuple(eta))
+    win2 = Window(window=1, step=20, total_steps=100, losses=tuple(L), healthy=(True,) * 4, params={"lr": p2})
+    _, d2 = c.decide(state, win2)
+    v2 = beta * v1 + (1 - beta) * delta
+    assert d2.velocity["lr"] == pytest.approx(v2, rel=1e-12)
+    assert d2.offsets["lr"] == pytest.approx(math.log((2.5 + lam * v1 + lam * v2) / 2.5), rel=1e-12)
+
+
+def test_centered_ranks():
+    assert centered_ranks([4.0, 3.0, 2.0, 1.0]) == pytest.approx([-0.5, -1 / 6, 1 / 6, 0.5])
+    assert centered_ranks([1.0, 1.0, 3.0]) == pytest.approx([0.25, 0.25, -0.5])
+    assert centered_ranks([1.0, math.nan]) == [0.5, -0.5]
+
+
+def test_slope_controller_matches_the_equations_and_clips():
+    # fitness f = 0.5*[-1,-1/3,1/3,1], x = ln2*[-1,-1/3,1/3,1]  =>  slope b = 0.5 / ln 2
+    b = 0.5 / math.log(2)
+    c = SlopeController(momentum=0.9, step_size=0.1, clip=10.0, trust_windows=1)
+    state, d = c.decide(c.initial_state(["lr"]), window([4.0, 3.0, 2.0, 1.0]))
+    assert d.signal["lr"] == pytest.approx(b, rel=1e-12)
+    assert d.velocity["lr"] == pytest.approx(0.1 * b, rel=1e-12)
+    assert d.offsets["lr"] == pytest.approx(0.1 * 0.1 * b, rel=1e-12)
+    # momentum: second identical window, v2 = 0.9 v1 + 0.1 b
+    _, d2 = c.decide(state, window([4.0, 3.0, 2.0, 1.0], offset=d.offsets["lr"]))
+    v2 = 0.9 * 0.1 * b + 0.1 * b
+    assert d2.offsets["lr"] == pytest.approx(0.01 * b + 0.1 * v2, rel=1e-12)
+    # clip: one window moves at most `clip`
+    c = SlopeController(momentum=0.0, step_size=1.0, clip=0.05, trust_windows=1)
+    _, d = c.decide(c.initial_state(["lr"]), window([4.0, 3.0, 2.0, 1.0]))
+    assert d.offsets["lr"] == pytest.approx(0.05)
+    # bounds on the total offset
+    _, d = c.decide(c.initial_state(["lr"]), window([4.0, 3.0, 2.0, 1.0], offset=0.3, bounds=(-0.32, 0.32)))
+    assert d.offsets["lr"] == pytest.approx(0.32)
+
+
+def test_slope_trust_region_waits_for_agreement_and_resets_on_a_flip():
+    c = SlopeController(momentum=0.5, step_size=1.0, clip=1.0, trust_windows=3)
+    up, down = [4.0, 3.0, 2.0, 1.0], [1.0, 2.0, 3.0, 4.0]
+    state = c.initial_state(["lr"])
+    offsets = []
+    for losses in (up, up, up, down, up):
+        state, d = c.decide(state, window(losses, offset=offsets[-1] if offsets else 0.0))
+        offsets.append(d.offsets["lr"])
+    assert offsets[0] == 0.0 and offsets[1] == 0.0   # not yet 3 agreeing windows
+    assert offsets[2] > 0.0                           # third agreeing window: move
+    assert offsets[3] == offsets[2]                   # flip: hold...
+    assert d.note and "flip" in d.note                # ...and the last flip reset momentum
+    b = 0.5 / math.log(2)
+    assert state.velocity["lr"] == pytest.approx(0.5 * b)  # reset to 0, then (1 - beta) * b
+
+
+def test_warmup_and_freeze_hold_the_offset():
+    c = SlopeController(trust_windows=1, warmup_steps=300, freeze_after=0.5)
+    _, d = c.decide(c.initial_state(["lr"]), window([4.0, 3.0, 2.0, 1.0], step=100, total=1000))
+    assert d.offsets["lr"] == 0.0 and "warm-up" in d.note
+    _, d = c.decide(c.initial_state(["lr"]), window([4.0, 3.0, 2.0, 1.0], step=600, total=1000))
+    assert d.offsets["lr"] == 0.0 and "frozen" in d.note
+    _, d = c.decide(c.initial_state(["lr"]), window([4.0, 3.0, 2.0, 1.0], step=400, total=1000))
+    assert d.offsets["lr"] > 0.0
+
+
+def test_rollback_cuts_the_rate_and_diverges_after_max_rollbacks():
+    c = SlopeController(rollback_cut=0.5, max_rollbacks=2)
+    state = c.initial_state(["lr"])
+    offset = 0.0
+    for i in range(3):
+        state, d = c.decide(state, window([math.nan] * 4, healthy=[False] * 4, offset=offset, index=i))
+        assert d.rollback and d.weights == ()
+        assert d.offsets["lr"] == pytest.approx(offset + math.log(0.5))
+        offset = d.offsets["lr"]
+        assert d.diverged == (i == 2)
+    assert state.consecutive_rollbacks == 3 and state.rollbacks == 3
+    state, d = c.decide(state, window([1.0] * 4, offset=offset))
+    assert not d.rollback and state.consecutive_rollbacks == 0
+
+
+def test_converge_weights():
+    healthy = [True, True, False, True]
+    losses = [3.0, 1.0, math.nan, 2.0]
+    d = make_controller("hold", converge="mean").decide(ControllerState({"lr": 0}, {"lr": 0}, {"lr": ()}),
+                                                         window(losses, healthy=healthy))[1]
+    assert d.weights == pytest.approx((1 / 3, 1 / 3, 0.0, 1 / 3))
+    d = make_controller("hold", converge="best").decide(ControllerState({"lr": 0}, {"lr": 0}, {"lr": ()}),
+                                                         window(losses, healthy=healthy))[1]
+    assert d.weights == (0.0, 1.0, 0.0, 0.0)
+    d = make_controller("hold", converge="fitness").decide(ControllerState({"lr": 0}, {"lr": 0}, {"lr": ()}),
+                                                            window(losses, healthy=healthy))[1]
+    assert sum(d.weights) == pytest.approx(1.0) and d.weights[2] == 0.0
+    assert d.weights[1] > d.weights[3] > d.weights[0]
+
+
+def test_opening_window_centres_on_the_best_replica():
+    c = SlopeController()
+    mults = log_spread(4, 10.0)
+    _, d = c.decide(c.initial_state(["lr"]), window([3.0, 1.0, 2.0, 9.0], mults=mults, opening=True))
+    assert d.offsets["lr"] == pytest.approx(math.log(mults[1]))
+    assert d.weights == (0.0, 1.0, 0.0, 0.0)
+
+
+def test_unknown_controller_and_settings_are_named():
+    with pytest.raises(ValueError, match="controller must be one of"):
+        make_controller("adam")
+    with pytest.raises(ValueError, match="no setting"):
+        make_controller("paper", clip=0.1)
+    with pytest.raises(ValueError, match="momentum"):
+        make_controller("slope", momentum=1.5)

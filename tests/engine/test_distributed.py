@@ -1,0 +1,294 @@
+"""Real torch.distributed: 4 gloo processes spawned by the test, one replica each."""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.optim.lr_scheduler import OneCycleLR
+
+from hdet_ray import HDETDivergedError, HDETOneCycleLR, HyperParam, learning_rate
+from hdet_ray.core.spread import linear_spread, log_spread, permutation
+from tests.engine.conftest import run_ranks
+
+COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "all_gather_into_tensor", "reduce_scatter",
+               "all_to_all", "gather", "scatter", "reduce", "barrier", "all_gather_object", "broadcast_object_list")
+
+
+class CollectiveCounter:
+    """Wraps every torch.distributed collective in this process and counts calls."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+        self._saved = {}
+        for name in COLLECTIVES:
+            fn = getattr(dist, name)
+            self._saved[name] = fn
+
+            def wrapper(*a, _fn=fn, _name=name, **k):
+                self.calls.append(_name)
+                return _fn(*a, **k)
+
+            setattr(dist, name, wrapper)
+
+    def take(self) -> list[str]:
+        out, self.calls = self.calls, []
+        return out
+
+
+def _model():
+    return torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                               torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def _flat(model):
+    return torch.cat([t.detach().reshape(-1).clone() for t in list(model.parameters()) + list(model.buffers())
+                      if t.is_floating_point()])
+
+
+def spread_and_converge(rank, world, auto_lr):
+    torch.manual_seed(100 + rank)  # each rank's global RNG differs: permutations must still agree
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    counter = CollectiveCounter()
+    sched = HDETOneCycleLR(opt, max_lr=0.05, total_steps=30, sync_every=5, fanout="local",
+                           explore=[learning_rate("linear", 0.3)], model=model, seed=7, auto_lr=auto_lr,
+                           controller_settings={"trust_windows": 1, "step_size": 1.0} if auto_lr else None)
+    counter.take()  # construction broadcasts rank 0's start
+    ref = OneCycleLR(torch.optim.AdamW(torch.nn.Linear(1, 1).parameters(), lr=0.01), max_lr=0.05, total_steps=30)
+    out = {"lr": [], "base": [], "beta1": [], "ref_beta1": [], "mults": [], "offsets": [], "pre": [], "post": [],
+           "per_step_collectives": [], "per_sync_collectives": []}
+    g = torch.Generator().manual_seed(rank)
+    for step in range(30):
+        out["lr"].append(opt.param_groups[0]["lr"])
+        out["base"].append(ref.get_last_lr()[0])
+        out["beta1"].append(opt.param_groups[0]["betas"][0])
+        out["ref_beta1"].append(ref.optimizer.param_groups[0]["betas"][0])
+        out["mults"].append(sched.multipliers["lr"])
+        out["offsets"].append(sched.offsets["lr"])
+        x = torch.randn(16, 3, generator=g)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        # scripted window loss: the higher this rank's rate, the lower its loss
+        scripted = torch.tensor(1.0 / sched.multipliers["lr"])
+        syncing = (step + 1) % 5 == 0
+        if syncing:
+            out["pre"].append(_flat(model))
+        sched.step(scripted)
+        (out["per_sync_collectives"] if syncing else out["per_step_collectives"]).append(counter.take())
+        if syncing:
+            out["post"].append(_flat(model))
+        ref.optimizer.step()
+        ref.step()
+    out["all_mults"] = [list(r.params["lr"].multipliers) for r in sched.records]
+    out["records"] = [r.to_dict() for r in sched.records]
+    return out
+
+
+@pytest.fixture(scope="module")
+def held():
+    return run_ranks(spread_and_converge, 4, False)
+
+
+@pytest.fixture(scope="module")
+def steered():
+    return run_ranks(spread_and_converge, 4, True)
+
+
+def test_rates_follow_the_configured_spread(held):
+    levels = linear_spread(4, 0.3)
+    for rank, out in enumerate(held):
+        for step in range(30):
+            window = step // 5
+            expected = levels[permutation(4, 7, window, "lr")[rank]]
+            assert out["mults"][step] == expected
+            assert out["lr"][step] == pytest.approx(out["base"][step] * expected, rel=1e-12)
+    # every window uses each multiplier exactly once across the 4 ranks
+    for step in range(30):
+        assert sorted(out["mults"][step] for out in held) == pytest.approx(levels)
+
+
+def test_permutations_agree_on_every_rank_and_change_between_windows(held):
+    assert all(out["all_mults"] == held[0]["all_mults"] for out in held)
+    assert len({tuple(m) for m in held[0]["all_mults"]}) > 1
+
+
+def test_after_each_sync_ranks_are_bitwise_equal_and_hold_the_mean(held):
+    for w in range(6):
+        posts = [out["post"][w] for out in held]
+        assert all(torch.equal(posts[0], p) for p in posts[1:])
+        mean = torch.stack([out["pre"][w] for out in held]).double().mean(0)
+        rel = (posts[0].double() - mean).norm() / mean.norm()
+        assert rel < 1e-6
+        # and the replicas really had diverged before the sync
+        assert not torch.equal(held[0]["pre"][w], held[1]["pre"][w])
+
+
+def test_local_mode_is_silent_between_syncs_and_constant_per_sync(held):
+    for out in held:
+        assert all(calls == [] for calls in out["per_step_collectives"])
+        per_sync = out["per_sync_collectives"]
+        assert all(calls == per_sync[0] for calls in per_sync)
+        # one all-gather of the window losses and ONE flat all-reduce for all 14 tensors of the model + Adam
+        assert per_sync[0] == ["all_gather", "all_reduce"]
+
+
+def test_auto_lr_off_still_averages(held):
+    assert all(out["offsets"] == [0.0] * 30 for out in held)
+    assert len(held[0]["post"]) == 6
+
+
+def test_steering_keeps_the_onecycle_shape_and_momentum_cycling(steered):
+    out = steered[0]
+    assert out["offsets"][-1] > 0.0  # higher rates had lower loss: the base moved up
+    for step in range(30):
+        expected = out["base"][step] * math.exp(out["offsets"][step]) * out["mults"][step]
+        assert out["lr"][step] == pytest.approx(expected, rel=1e-12)
+        assert out["beta1"][step] == out["ref_beta1"][step]  # momentum keeps cycling after auto-LR starts
+    # and the base schedule still anneals: no gamma growing the rate (the reference code grew it ~400x)
+    assert out["base"][-1] < out["base"][0] / 100
+    assert out["lr"][-1] < max(out["lr"]) / 100
+
+
+# -- shared_grad: the paper's update rule --------------------------------------------------------------------
+def shared_grad_step(rank, world):
+    model = torch.nn.Linear(3, 1, bias=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.0)
+    sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=10, fanout="shared_grad",
+                           cycle_momentum=False, explore=[learning_rate("log", 2.0)], seed=1)
+    theta0 = model.weight.detach().clone()  # equal on every rank (broadcast at construction)
+    x = torch.full((4, 3), float(rank + 1))
+    loss = (model(x) - rank).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    own_grad = model.weight.grad.detach().clone()
+    counter = CollectiveCounter()
+    opt.step()
+    calls = counter.take()
+    return {"theta0": theta0, "grad": own_grad, "lr": opt.param_groups[0]["lr"], "theta1": model.weight.detach(),
+            "calls": calls}
+
+
+def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
+    outs = run_ranks(shared_grad_step, 4)
+    g_mean = torch.stack([o["grad"] for o in outs]).mean(0)
+    assert len({o["lr"] for o in outs}) == 4  # four different rates
+    for o in outs:
+        assert torch.equal(o["theta0"], outs[0]["theta0"])
+        expected = o["theta0"] - o["lr"] * g_mean  # theta_r <- theta_r - eta_r * g_mean
+        assert torch.allclose(o["theta1"], expected, rtol=1e-6, atol=1e-7)
+        assert o["calls"] == ["all_reduce"]  # one flat gradient all-reduce per step
+
+
+# -- non-finite replicas, rollback, divergence ---------------------------------------------------------------
+def nan_and_rollback(rank, world):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    sched = HDETOneCycleLR(opt, max_lr=0.05, total_steps=40, sync_every=5, model=model, seed=3,
+                           explore=[learning_rate("log", 2.0)], controller_settings={"max_rollbacks": 1})
+    g = torch.Generator().manual_seed(rank)
+    out = {"pre": None, "post": None, "rollback": [], "diverged": None}
+    start = _flat(model)  # rank 0's state, broadcast at construction
+
+    def train_step(poison: bool):
+        x = torch.randn(16, 3, generator=g)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if poison:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(math.nan)
+            loss = torch.tensor(math.nan)
+        return loss
+
+    for step in range(5):  # window 0: rank 2 goes NaN mid-window
+        loss = train_step(poison=(rank == 2 and step == 2))
+        if step == 4:
+            out["pre"] = _flat(model)
+        sched.step(loss.detach())
+    out["post"] = _flat(model)
+    out["record0"] = sched.records[0].to_dict()
+    # window 0 lost a replica, so its survivors are not trusted as a rollback target: the last state from a
+    # fully healthy sync is the start
+    snapshot = start
+    lr_before = sched.offsets["lr"]
+    for step in range(5):  # window 1: every rank NaN -> roll back to the window-0 state, cut the rate
+        loss = train_step(poison=(step == 3))
+        sched.step(loss.detach())
+    out["rolled_back_to_snapshot"] = torch.equal(_flat(model), snapshot)
+    out["offset_drop"] = sched.offsets["lr"] - lr_before
+    out["record1"] = sched.records[1].to_dict()
+    try:
+        for step in range(5):  # window 2: all NaN again -> 2 consecutive rollbacks > max_rollbacks 1
+            loss = train_step(poison=(step == 1))
+            sched.step(loss.detach())
+    except HDETDivergedError as e:
+        out["diverged"] = (str(e), e.window)
+    return out
+
+
+def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges():
+    outs = run_ranks(nan_and_rollback, 4)
+    others = torch.stack([outs[r]["pre"] for r in (0, 1, 3)]).double().mean(0)
+    for o in outs:
+        assert torch.isfinite(o["post"]).all()
+        assert torch.equal(o["post"], outs[0]["post"])
+        assert ((o["post"].double() - others).norm() / others.norm()) < 1e-6
+    rec0 = outs[0]["record0"]
+    assert rec0["excluded"] == [2] and rec0["weights"][2] == 0.0 and not rec0["rollback"]
+    assert outs[0]["record1"]["rollback"] is True
+    for o in outs:
+        assert o["rolled_back_to_snapshot"]
+        assert o["offset_drop"] == pytest.approx(math.log(0.5))
+        msg, window = o["diverged"]
+        assert window == 2 and "window 2" in msg
+
+
+# -- a too-high rate: fixed OneCycle dies, HDET rolls back, cuts, and learns ---------------------------------
+DEAD_SPEC = dict(task="digits", replicas=4, steps=300, sync_every=25, optimizer="adamw",
+                 schedule={"max_lr": 1.0}, seed=0)
+
+
+def hdet_from_a_deadly_rate(rank, world):
+    from hdet_ray.loop import Replica
+    from hdet_ray.spec import JobSpec
+
+    replica = Replica.build(JobSpec.parse(DEAD_SPEC), rank, world)
+    metrics = replica.train()
+    return {"metrics": metrics, "records": [r.to_dict() for r in replica.scheduler.records]}
+
+
+def fixed_onecycle_val_loss():
+    from hdet_ray.tasks import Digits
+
+    task = Digits()
+    model = task.model(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1.0 / 25)
+    sched = OneCycleLR(opt, max_lr=1.0, total_steps=300)
+    batches = task.batches(0, 4, 0)
+    for _ in range(300):
+        loss = task.loss(model, next(batches))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    return task.evaluate(model)["val_loss"]
+
+
+def test_hdet_survives_a_rate_that_kills_fixed_onecycle():
+    fixed = fixed_onecycle_val_loss()
+    assert fixed > 0.95 * math.log(10)  # dead: finite, at chance
+    out = run_ranks(hdet_from_a_deadly_rate, 4)[0]
+    records = out["records"]
+    start = records[0]["start_loss"]
+    rollbacks = [r for r in records if r["rollback"]]
+    assert rollbacks, "expected at least one rollback"
+    assert all(r["params"]["lr"]["new_offset"] < r["params"]["lr"]["offset"] for r in rollbacks)  # the cut
+    assert records[-1]["params"]["lr"]["new_offset"] < -0.5  # the rate ends well below where it started
+    final_window_loss = sum(records[-1]["losses"]) / 4
+    assert final_window_loss < 0.7 * start
+    assert out["metrics"]["val_loss"] < 0.7 * fixed
