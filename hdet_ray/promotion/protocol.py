@@ -113,8 +113,8 @@ class Study(_Model):
         if self.stages[0].start == "continue":
             raise ValueError(f"stages.0.start: the first stage has nothing to continue from ({self.stages[0].name})")
         for i in range(1, len(self.stages)):
-            if self.stages[i].steps < self.stages[i - 1].steps and self.stages[i].start == "continue":
-                raise ValueError(f"stages.{i}.steps: a continued stage needs at least the previous budget "
+            if self.stages[i].steps <= self.stages[i - 1].steps and self.stages[i].start == "continue":
+                raise ValueError(f"stages.{i}.steps: a continued stage needs more than the previous budget "
                                  f"({self.stages[i - 1].steps}), got {self.stages[i].steps}")
         for i, g in enumerate(self.gates):
             if g.rule not in RULES:
