@@ -13,6 +13,7 @@ import json
 import logging
 import secrets
 import shlex
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from service.settings import Settings
 from service.storage import STATUSES, TERMINAL, Job, Store
 
 log = logging.getLogger("hdet.service")
+_SUBMIT_GRACE_S = 60.0
 
 
 def token_hash(token: str) -> str:
@@ -75,6 +77,8 @@ class JobService:
         try:
             status, message = self.backend.status(job.id)
         except UnknownJob:
+            if _age_s(job) < _SUBMIT_GRACE_S:  # polled between our insert and Ray's accepting it
+                return
             status, message = "FAILED", "the Ray cluster has no record of this job (was it replaced?)"
         if status not in STATUSES:
             return
@@ -109,6 +113,10 @@ class JobService:
                 except Exception as e:  # noqa: BLE001  Ray unreachable for a moment: try again next round
                     log.warning("status of %s unavailable: %s", job.id, e)
             await asyncio.sleep(self.settings.poll_interval_s)
+
+
+def _age_s(job: Job) -> float:
+    return (datetime.now(timezone.utc) - datetime.fromisoformat(job.created_at)).total_seconds()
 
 
 def _parse_line(line: str) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ run on instead of starting a second one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -127,15 +128,16 @@ class EmbeddedHead:
     def stop(self, timeout_s: float = 30.0) -> None:
         """End exactly the head this service started or adopted (its process group)."""
         pid = self._proc.pid if self._proc else (self.info.pid if self.info else None)
-        if pid is not None and _alive(pid):
-            _signal_group(pid, signal.SIGTERM)
+        if pid is not None:
+            # `ray start --block` ends its own processes on SIGTERM; whatever is left of its group goes after.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout_s
             while _alive(pid) and time.monotonic() < deadline:
                 if self._proc:
                     self._proc.poll()
                 time.sleep(0.2)
-            if _alive(pid):
-                _signal_group(pid, signal.SIGKILL)
+            _signal_group(pid, signal.SIGKILL)
             if self._proc:
                 self._proc.wait(timeout=10)
         self.info_file.unlink(missing_ok=True)
