@@ -63,11 +63,13 @@ class MemoryJobs:
 
     def __init__(self) -> None:
         self._jobs: dict[str, str] = {}
+        self.entrypoints: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def submit(self, job_id: str, entrypoint: str) -> None:
         with self._lock:
             self._jobs[job_id] = "RUNNING"
+            self.entrypoints[job_id] = entrypoint
 
     def status(self, job_id: str) -> tuple[str, str]:
         with self._lock:
