@@ -77,4 +77,10 @@ def errors(*codes: int) -> dict[int | str, dict]:
     """OpenAPI entries for the error responses a route can give (all are `{"detail": str}`)."""
     from service.models import Error
 
-    return {code: {"model": Error} for code in (401, 403, *codes)}
+    # Spelled out, not `model=`: routes whose success is text (logs, stream) still answer errors in JSON.
+    content = {"application/json": {"schema": Error.model_json_schema()}}
+    return {code: {"description": _REASONS.get(code, "Error"), "content": content} for code in (401, 403, *codes)}
+
+
+_REASONS = {400: "Malformed body", 401: "No token", 403: "Wrong token", 404: "No such job",
+            409: "The job already ended", 413: "Body too large", 502: "Ray failed"}

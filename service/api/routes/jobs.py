@@ -35,7 +35,7 @@ def public(state, job: Job) -> JobPublic:
         finished_at=job.finished_at, links=links(job.id))
 
 
-@router.post("", status_code=201, response_model=JobCreated, responses=errors(413))
+@router.post("", status_code=201, response_model=JobCreated, responses=errors(400, 413))
 def create_job(body: JobCreate, request: Request, state: StateDep) -> JobCreated:
     """Submit a job spec. It runs on Ray as `python -m hdet_ray run --spec-json ...`."""
     spec = body.model_dump(mode="json", exclude={"service", "storage_path"})

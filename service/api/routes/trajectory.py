@@ -36,7 +36,7 @@ or as `last_event_id`."""
 
 
 @router.get("/{job_id}/stream", description=STREAM_DOC, responses={
-    **errors(404), 200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+    **errors(404), 200: {"content": {"text/event-stream": {"schema": {}}},
                          "description": "An event stream."}}, response_class=StreamingResponse,
             dependencies=[Authorized])
 async def stream_trajectory(
@@ -79,7 +79,7 @@ async def _events(state, job_id: str, seq: int, max_seconds: float | None):
                 yield ": keepalive\n\n"
 
 
-@router.post("/{job_id}/ingest", response_model=IngestResult, responses=errors(413))
+@router.post("/{job_id}/ingest", response_model=IngestResult, responses=errors(400, 413))
 def ingest_records(body: IngestBatch, job: IngestJob, state: StateDep) -> IngestResult:
     """Where the job's controller actor pushes window records (its own bearer token). Idempotent:
     a record replaces the stored one of the same window; resending is harmless."""
