@@ -87,7 +87,7 @@ class MemoryJobs:
 
     def logs(self, job_id: str) -> str:
         self.status(job_id)
-        return f"memory backend: job {job_id} runs no code\n"
+        return f"{self.entrypoints[job_id]}\nmemory backend: the command above was not run\n"
 
     def close(self) -> None:
         pass
