@@ -47,5 +47,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     app = create_app(settings)
     print(f"hdet serve: dashboard at {public_url(args.host, args.port)}/ (data in {settings.data_dir})", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    # Keep-alive longer than a slow poll, so clients do not race a closing idle connection.
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5,
+                timeout_keep_alive=30)
     return 0
