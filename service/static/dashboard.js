@@ -89,7 +89,10 @@
     if (rows.length === 0) return;
     const replicas = rows[rows.length - 1].losses.length;
     for (const name of Object.keys(rows[rows.length - 1].params)) {
-      const series = [{ label: "base", color: "#1d232b", width: 2.4,
+      const centre = p => (p.center !== undefined && p.center !== null) ? p.center : p.base;
+      const series = [{ label: "base (steered)", color: "#1d232b", width: 2.4,
+                        points: rows.map(r => [r.step, r.params[name] ? centre(r.params[name]) : null]) },
+                      { label: "schedule", color: "#8a94a0", width: 1.2, dash: "6 3",
                         points: rows.map(r => [r.step, r.params[name] ? r.params[name].base : null]) }];
       for (let k = 0; k < replicas; k++) {
         series.push({ label: "replica " + k, color: PALETTE[k % PALETTE.length], dash: "3 2",
