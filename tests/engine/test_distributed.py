@@ -7,8 +7,8 @@ import torch
 import torch.distributed as dist
 from torch.optim.lr_scheduler import OneCycleLR
 
-from hdet_ray import HDETDivergedError, HDETOneCycleLR, HyperParam, learning_rate
-from hdet_ray.core.spread import linear_spread, log_spread, permutation
+from hdet_ray import HDETDivergedError, HDETOneCycleLR, learning_rate
+from hdet_ray.core.spread import linear_spread, permutation
 from tests.engine.conftest import run_ranks
 
 COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "all_gather_into_tensor", "reduce_scatter",
