@@ -27,7 +27,7 @@ class IngestServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"),
                                         "windows": [r["window"] for r in body["records"]]})
