@@ -57,11 +57,15 @@ def main(args: argparse.Namespace) -> int:
     job = client.post("/v1/jobs", json=DEMO_JOB).raise_for_status().json()
     print(f"\n  dashboard: {url}{job['links']['dashboard']}\n  token:     {token}\n"
           f"  job:       {job['id']} (digits, 2 replicas; Ctrl-C to stop the service)\n", flush=True)
-    status = "RUNNING"
+    status, after = "RUNNING", -1
     try:
         deadline = time.monotonic() + args.timeout
         while thread.is_alive():
             time.sleep(2)
+            page = client.get(f"/v1/jobs/{job['id']}/trajectory", params={"after": after}).json()
+            for record in page["records"]:
+                print(format_window(record), flush=True)
+            after = page["next_after"]
             info = client.get(f"/v1/jobs/{job['id']}").json()
             if info["status"] != status:
                 status = info["status"]
@@ -74,3 +78,20 @@ def main(args: argparse.Namespace) -> int:
     server.should_exit = True
     thread.join(timeout=120)
     return 0 if (not args.exit_when_done or status == "SUCCEEDED") else 1
+
+
+def format_window(record: dict) -> str:
+    """One terminal line per window: the trajectory the dashboard plots."""
+    lr = record["params"].get("lr") or next(iter(record["params"].values()))
+    centre = lr.get("center") or lr["base"]
+    losses = " ".join("  nan" if x is None else f"{x:.3f}" for x in record["losses"])
+    metric = "".join(f" {k} {v:.4f}" for k, v in record.get("metrics", {}).items() if k.startswith("val"))
+    flag = " ROLLBACK" if record.get("rollback") else ""
+    return (f"  window {record['window']:3d} step {record['step']:5d}  lr {centre:.3e} "
+            f"(x{_exp(lr['new_offset']):.3f})  losses {losses}{metric}{flag}")
+
+
+def _exp(x: float | None) -> float:
+    import math
+
+    return math.exp(x) if x is not None else float("nan")

@@ -119,7 +119,7 @@ def test_warm_noisy_start_has_the_specified_scale():
 
 
 def test_records_serialize_to_strict_json_and_back():
-    model, opt = _setup()
+    _, opt = _setup()
     sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5)
     for _ in range(5):
         opt.step()

@@ -21,7 +21,7 @@ def test_torchrun_hdet_example_prints_a_moving_trajectory():
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
          str(ROOT / "examples/digits_hdet.py"), "--steps", "250"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+        check=False, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     windows = re.findall(r"^window +(\d+) step +\d+ base lr x([0-9.]+)", out.stdout, re.MULTILINE)
     assert [int(w) for w, _ in windows] == list(range(10))
