@@ -2,6 +2,7 @@
 
     hdet promote examples/studies/digits.yaml                 # local Ray (or RAY_ADDRESS)
     hdet promote examples/studies/digits.yaml --out runs/studies --concurrency 2
+    hdet promote --study-json '{"name": ..., ...}' --out runs/studies   # the service's Ray job entrypoint
 
 The record lands in OUT/<study name>/ (record.json, record.md, record.png). Run the same command again
 after an interruption: finished cells are not re-run. A study whose file changed after it was frozen is
@@ -11,6 +12,7 @@ refused (exit status 2) with the changed fields named.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -20,7 +22,8 @@ from hdet_ray.promotion.protocol import Study, StudyError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("study", help="the study definition (YAML or JSON)")
+    parser.add_argument("study", nargs="?", help="the study definition (YAML or JSON file)")
+    parser.add_argument("--study-json", default=None, help="the study definition inline, as JSON (instead of a file)")
     parser.add_argument("--out", default="runs/studies", help="where records are written (default: %(default)s)")
     parser.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS, else a local Ray)")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray started for the study")
@@ -37,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
 
     executor = EXECUTORS[args.executor]()
     try:
-        study = Study.from_file(args.study)
+        study = _load(args)
         validate_cells(study, executor.max_replicas)
         StudyRecord.open(args.out, study)  # refuses a changed study before Ray starts
     except (StudyError, StudyChanged) as e:
@@ -68,3 +71,15 @@ def main(args: argparse.Namespace) -> int:
     print(f"study {study.name}: finished; winner {winner}; "
           f"{record.data['budget']['spent_hours']:.4f} worker-hours; record in {record.path}")
     return 0
+
+
+def _load(args: argparse.Namespace) -> Study:
+    if (args.study is None) == (args.study_json is None):
+        raise StudyError("give the study as a file (STUDY) or inline (--study-json), exactly one of them")
+    if args.study is not None:
+        return Study.from_file(args.study)
+    try:
+        data = json.loads(args.study_json)
+    except ValueError as e:
+        raise StudyError(f"--study-json: not valid JSON: {e}") from None
+    return Study.parse(data, "--study-json")

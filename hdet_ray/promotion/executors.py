@@ -5,11 +5,16 @@ root)` inside a Ray task; `run` returns a `CellRun` or raises (the runner retrie
   replica, no torch.distributed, one CPU. For fixed-schedule single-replica candidates and fast tests.
 - `RunJobExecutor`: calls `hdet_ray.ray.run_job(spec, storage_path=..., progress=False)` from the task,
   which runs the cell as a full job of this project (a TorchTrainer with `replicas` workers, HDET or not).
-  Cells restart (run_job takes no starting checkpoint); `worker_seconds` comes from its `JobResult`.
+  Cells restart (run_job takes no starting checkpoint); `worker_seconds` and `run_dir` come from its
+  `JobResult`. Each cell's job is named after the cell (run_job names its controller actor after the job,
+  so cells sharing the base spec's `name` would collide when they run concurrently).
+
+Metrics are stored as the record needs them: non-finite values become None (no result for that cell).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import uuid
@@ -70,7 +75,7 @@ class InProcessExecutor:
             opt = replica.optimizer.state_dict()
             opt["state"] = state["optimizer"]["state"]
             replica.optimizer.load_state_dict(opt)
-        metrics = replica.train()
+        metrics = finite(replica.train())
         out = checkpoint_path(Path(root), job.id)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")
@@ -96,10 +101,16 @@ class RunJobExecutor:
         if job.continue_from is not None:
             raise RuntimeError(f"{job.id}: the run_job executor cannot continue from a checkpoint; "
                                f"declare the stage with start: restart")
-        storage = Path(root) / "jobs" / job.id
-        result = run_job(JobSpec.model_validate(job.spec), storage_path=str(storage), progress=False)
-        return CellRun(dict(result.metrics), float(result.worker_seconds), uuid.uuid4().hex,
-                       None, str(getattr(result, "run_dir", storage)))
+        # A cell-unique job name: run_job names the controller actor after it, and cells run concurrently.
+        spec = JobSpec.model_validate({**job.spec, "name": job.id.replace("/", ".")})
+        result = run_job(spec, storage_path=str(Path(root) / "jobs"), progress=False)
+        return CellRun(finite(result.metrics), float(result.worker_seconds), uuid.uuid4().hex,
+                       None, str(result.run_dir))
+
+
+def finite(metrics: dict[str, Any]) -> dict[str, float | None]:
+    """Metrics as the record stores them: a diverged (non-finite) value becomes None, i.e. no result."""
+    return {k: float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for k, v in metrics.items()}
 
 
 EXECUTORS = {"inprocess": InProcessExecutor, "run_job": RunJobExecutor}

@@ -182,5 +182,5 @@
     setInterval(() => load().catch(() => {}), 3000);
   }
 
-  window.hdet = { jobPage, jobsPage, drawPlot };
+  window.hdet = { jobPage, jobsPage, drawPlot, getJSON };
 })();
