@@ -5,7 +5,6 @@ then one real study, 3 candidates x 2 stages, through the embedded Ray head and 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import math
 import shlex
@@ -165,7 +164,7 @@ def test_real_study_through_embedded_ray(tmp_path):
 
 def _check_dashboard(server, study, tmp_path):
     """Headless Chromium: the study is listed on `/`, its page shows the Markdown record and the plot."""
-    from tests.service.test_dashboard_browser import start_chromium
+    from tests.service.browser import start_chromium
 
     proc, port = start_chromium(tmp_path / "profile")
     try:
@@ -177,33 +176,18 @@ def _check_dashboard(server, study, tmp_path):
 
 
 async def _drive(server, study, port, shot):
-    import aiohttp
+    from tests.service.browser import screenshot, signed_in
 
-    from tests.service.test_dashboard_browser import Page
-
-    async with aiohttp.ClientSession() as http:
-        targets = await (await http.get(f"http://127.0.0.1:{port}/json/list")).json()
-        ws_url = next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"]
-        async with http.ws_connect(ws_url, max_msg_size=0) as ws:
-            page = Page(ws)
-            pump = asyncio.create_task(page.pump())
-            for domain in ("Runtime", "Log", "Page"):
-                await page.send(f"{domain}.enable")
-            await page.send("Page.navigate", url=f"{server.url}/login")
-            await page.wait_for("document.readyState === 'complete' && !!document.getElementById('token')")
-            await page.eval(f"document.getElementById('token').value = {json.dumps(server.token)};"
-                            "document.querySelector('form').submit(); true")
-            link = f"#studies tbody a[href='/studies/{study['id']}']"
-            await page.wait_for(f"location.pathname === '/' && !!document.querySelector({json.dumps(link)})")
-            await page.eval(f"document.querySelector({json.dumps(link)}).click(); true")
-            winner = study["record"]["decisions"]["final"]["winner"]
-            await page.wait_for(f"document.getElementById('record').textContent.includes({json.dumps(winner)})")
-            await page.wait_for("document.getElementById('plot').complete && "
-                                "document.getElementById('plot').naturalWidth > 100")
-            assert await page.eval("document.getElementById('status').textContent") == "SUCCEEDED"
-            shot.write_bytes(base64.b64decode((await page.send("Page.captureScreenshot"))["data"]))
-            assert page.errors == [], page.errors
-            pump.cancel()
+    async with signed_in(server, port) as page:
+        link = f"#studies tbody a[href='/studies/{study['id']}']"
+        await page.wait_for(f"location.pathname === '/' && !!document.querySelector({json.dumps(link)})")
+        await page.eval(f"document.querySelector({json.dumps(link)}).click(); true")
+        winner = study["record"]["decisions"]["final"]["winner"]
+        await page.wait_for(f"document.getElementById('record').textContent.includes({json.dumps(winner)})")
+        await page.wait_for("document.getElementById('plot').complete && "
+                            "document.getElementById('plot').naturalWidth > 100")
+        assert await page.eval("document.getElementById('status').textContent") == "SUCCEEDED"
+        await screenshot(page, shot)
 
 
 def _ended(study: dict) -> dict | None:
