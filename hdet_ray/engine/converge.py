@@ -26,7 +26,7 @@ def state_tensors(params: Sequence[torch.Tensor], model: torch.nn.Module | None,
     """
     out = [p.data for p in params]
     if model is not None:
-        out += [b for b in model.buffers() if b.is_floating_point()]
+        out += persistent_float_buffers(model)
     if optimizer is not None:
         for p in params:
             st = optimizer.state.get(p, {})
@@ -35,6 +35,28 @@ def state_tensors(params: Sequence[torch.Tensor], model: torch.nn.Module | None,
                 if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0:
                     out.append(v)
     return out
+
+
+def persistent_float_buffers(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Floating-point buffers that are part of the model's state (BatchNorm statistics). Non-persistent
+    ones (attention masks, rotary tables) are derived constants: neither averaged nor judged."""
+    out, seen = [], set()
+    for module in model.modules():
+        for name, b in module._buffers.items():
+            if b is None or not b.is_floating_point() or name in module._non_persistent_buffers_set:
+                continue
+            if id(b) not in seen:
+                seen.add(id(b))
+                out.append(b)
+    return out
+
+
+def params_finite(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """A 0-dim bool tensor: are all parameters finite? (no host sync)"""
+    if not params:
+        return torch.tensor(True)
+    flags = [torch.isfinite(p.detach()).all() for p in params]
+    return torch.stack([f.to(flags[0].device) for f in flags]).all()
 
 
 def _buckets(tensors: Iterable[torch.Tensor]) -> dict[tuple[torch.dtype, torch.device], list[torch.Tensor]]:
@@ -57,14 +79,6 @@ def unpack(flats: Sequence[torch.Tensor], tensors: Sequence[torch.Tensor]) -> No
             n = t.numel()
             t.detach().copy_(flat[offset:offset + n].view_as(t))
             offset += n
-
-
-def all_finite(flats: Sequence[torch.Tensor]) -> torch.Tensor:
-    """A 0-dim bool tensor on the first bucket's device (no host sync)."""
-    flags = [torch.isfinite(f).all() for f in flats]
-    if not flags:
-        return torch.tensor(True)
-    return torch.stack([f.to(flags[0].device) for f in flags]).all()
 
 
 def weighted_average(flats: list[torch.Tensor], weight: float, group=None) -> list[torch.Tensor]:

@@ -267,7 +267,7 @@ class HDETOneCycleLR(OneCycleLR):
         tensors = converge.state_tensors(self._h_params, self.model, self.optimizer if average_opt else None)
         flats = converge.pack(tensors)
         device = flats[0].device if flats else torch.device("cpu")
-        local = self._h_loss.stats(device, converge.all_finite(flats))
+        local = self._h_loss.stats(device, converge.params_finite(self._h_params))
         stats = self._gather(local)
         healthy, reasons = assess(stats, self.health, self._h_previous_loss, self._h_best_loss)
         window = self._window_input(stats, healthy)

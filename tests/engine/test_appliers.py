@@ -130,3 +130,18 @@ def test_records_serialize_to_strict_json_and_back():
     assert data["losses"] == [None] and data["window"] == 0
     back = WindowRecord.from_dict(data)
     assert math.isnan(back.losses[0]) and back.params["lr"].multipliers == [1.0]
+
+
+def test_non_persistent_buffers_are_neither_averaged_nor_judged():
+    """A float attention mask holds -inf by design: it must not make a replica look dead."""
+    model = torch.nn.Linear(4, 2)
+    model.register_buffer("mask", torch.full((3,), -math.inf), persistent=False)
+    model.register_buffer("stat", torch.zeros(3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5, model=model)
+    for _ in range(5):
+        opt.step()
+        sched.step(torch.tensor(1.0))
+    rec = sched.records[0]
+    assert rec.healthy == [True] and not rec.rollback
+    assert torch.isinf(model.mask).all()
