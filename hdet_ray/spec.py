@@ -137,7 +137,7 @@ class JobSpec(_Model):
     use_gpu: bool = False
     steps: int = Field(400, ge=1, le=10_000_000, description="Optimizer steps per replica.")
     sync_every: int = Field(25, ge=1, description="T, steps between syncs; at most `steps`.")
-    fanout: Literal["local", "shared_grad"] = "local"
+    fanout: Literal["local", "shared_grad"] = "shared_grad"
     optimizer: Literal["adamw", "sgd"] = "adamw"
     weight_decay: float = Field(0.0, ge=0, le=10)
     schedule: Schedule = Field(default_factory=Schedule)

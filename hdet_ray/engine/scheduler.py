@@ -58,8 +58,9 @@ class HDETOneCycleLR(OneCycleLR):
     Args (HDET, keyword-only):
         sync_every: T, steps between syncs (converge + controller decision); default min(50, total_steps).
         explore: the hyperparameters to explore (default: the learning rate, log spread factor 2).
-        fanout: 'local' (replicas independent between syncs) or 'shared_grad' (the paper's: averaged
-            gradients every step, own rate per rank). With a DDP-wrapped `model`, DDP averages them.
+        fanout: 'shared_grad' (the default, the paper's: gradients averaged every step over the ranks whose
+            gradient is finite, each rank applies them with its own rate; with a DDP-wrapped `model`, DDP
+            averages them) or 'local' (replicas independent between syncs: no collective at all).
         controller: 'slope', 'paper', 'hold', or a `Controller` instance.
         controller_settings: keyword settings for a controller given by name.
         auto_lr: False holds every offset (HDET without auto-LR: spread + averaging only).
@@ -96,7 +97,7 @@ class HDETOneCycleLR(OneCycleLR):
         *,
         sync_every: int | None = None,
         explore: Sequence[HyperParam] | None = None,
-        fanout: str = "local",
+        fanout: str = "shared_grad",
         controller: str | Controller = "slope",
         controller_settings: dict[str, Any] | None = None,
         auto_lr: bool = True,
@@ -241,13 +242,20 @@ class HDETOneCycleLR(OneCycleLR):
         self._h_mult = {name: m[self.rank] for name, m in self._h_all_mults.items()}
 
     def _average_gradients(self, optimizer, args, kwargs) -> None:
+        """shared_grad: replace every rank's gradient by the mean over ranks whose gradient is finite.
+
+        Each bucket travels with one extra element, 1 if the rank's gradient is finite (else the bucket is
+        zeroed): the sum of that element counts the contributors. One all-reduce per bucket, no host sync.
+        """
         grads = [p.grad for p in self._h_params if p.grad is not None]
         if not grads:
             return
         flats = converge.pack(grads)
-        for f in flats:
+        for i, f in enumerate(flats):
+            ok = torch.isfinite(f).all()
+            f = torch.cat([torch.where(ok, f, torch.zeros_like(f)), ok.to(f.dtype).reshape(1)])
             dist.all_reduce(f, op=dist.ReduceOp.SUM, group=self._h_group)
-            f.div_(self.replicas)
+            flats[i] = f[:-1] / f[-1:].clamp(min=1.0)
         converge.unpack(flats, grads)
 
     def annotate(self, **metrics: float) -> None:

@@ -183,10 +183,10 @@ def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
 
 
 # -- non-finite replicas, rollback, divergence ---------------------------------------------------------------
-def nan_and_rollback(rank, world):
+def nan_and_rollback(rank, world, fanout):
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    sched = HDETOneCycleLR(opt, max_lr=0.05, total_steps=40, sync_every=5, model=model, seed=3,
+    sched = HDETOneCycleLR(opt, max_lr=0.05, total_steps=40, sync_every=5, model=model, seed=3, fanout=fanout,
                            explore=[learning_rate("log", 2.0)], controller_settings={"max_rollbacks": 1})
     g = torch.Generator().manual_seed(rank)
     out = {"pre": None, "post": None, "rollback": [], "diverged": None}
@@ -231,8 +231,10 @@ def nan_and_rollback(rank, world):
     return out
 
 
-def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges():
-    outs = run_ranks(nan_and_rollback, 4)
+@pytest.mark.parametrize("fanout", ["local", "shared_grad"])
+def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout):
+    # shared_grad: the NaN replica's gradients are left out of the per-step mean, so it cannot poison the rest
+    outs = run_ranks(nan_and_rollback, 4, fanout)
     others = torch.stack([outs[r]["pre"] for r in (0, 1, 3)]).double().mean(0)
     for o in outs:
         assert torch.isfinite(o["post"]).all()
