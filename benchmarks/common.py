@@ -46,7 +46,7 @@ def machine_line(m: dict[str, Any]) -> str:
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, check=False,
                               text=True, timeout=10).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
