@@ -83,7 +83,7 @@ def run_pbt(spec: dict[str, Any], start_lr: float, lr_range: tuple[float, float]
         param_space={"spec": spec, "lr": start_lr, "member": tune.grid_search(list(range(members)))},
         tune_config=tune.TuneConfig(metric="metric", mode="min", scheduler=scheduler, reuse_actors=True),
         run_config=tune.RunConfig(storage_path=storage, verbose=0,
-                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=2)))
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=4)))
     grid = tuner.fit()
     finals = [r.metrics.get("metric", math.nan) if r.metrics else math.nan for r in grid]
     best = grid.get_best_result(metric="metric", mode="min", scope="last")

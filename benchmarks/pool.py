@@ -52,6 +52,11 @@ def _worker(rank: int, world: int, fn: JobFn, jobs: list[dict[str, Any]], init_f
         dist.destroy_process_group()
 
 
+def dispatch(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
+    """A JobFn for mixed lists: each job names its own function in `job["fn"]`."""
+    return job["fn"](rank, world, job)
+
+
 def run_jobs(fn: JobFn, jobs: list[dict[str, Any]], world: int, results_file: Path, threads: int = 1) -> None:
     """Run the jobs not yet in `results_file` on `world` gloo processes. `fn` must be importable."""
     done = done_keys(results_file)
