@@ -87,6 +87,24 @@ def ablation_table(w: Workload) -> str:
     return common.table(["row (paper's ablation, rebuilt)", "final metric (ratio to oracle)"], rows)
 
 
+HEADLINE = (("fixed OneCycle (DDP)", FIXED), ("HDET default (slope/local)", DEFAULT_HDET),
+            ("HDET + opening range test 10x", "HDET slope/local + opening 10x"),
+            ("HDET without auto-LR (log 2, local)", "HDET no-auto/local"), ("Ray Tune PBT (4 trials)", "PBT"))
+
+
+def headline_table(workloads: list[Workload]) -> str:
+    """Final metric as a ratio to the oracle (1.00 = as good as the best of 7 fixed-rate runs; lower is better)."""
+    rows = []
+    for w in workloads:
+        for label, shift in (("10x too low", LOW), ("oracle's rate", BEST), ("10x too high", HIGH)):
+            row = [w.name, label]
+            for _, method in HEADLINE:
+                m, sd, n = w.stat(method, shift)
+                row.append("—" if n == 0 else "diverged" if not math.isfinite(m) else f"{m / w.oracle:.3f} ± {sd / w.oracle:.3f}")
+            rows.append(row)
+    return common.table(["workload", "start"] + [label for label, _ in HEADLINE], rows)
+
+
 def targets(w: Workload) -> list[tuple[str, str, str]]:
     """(target, measured, verdict) for the default HDET configuration."""
     out = []
@@ -177,8 +195,14 @@ def report(summary: dict[str, Any], variants: list[str] | tuple[str, ...], out: 
              f"Seeds {summary['seeds']}, N = {summary['replicas']} replicas, rates fixed before running "
              "(grid 1e-4 ... 1e-1 in steps of sqrt(10); starts = oracle / 10, oracle, oracle x 10).")]
     target_rows = []
-    for name, info in summary["workloads"].items():
-        w = Workload(name, info, summary["runs"], summary["seeds"])
+    workloads = [Workload(name, info, summary["runs"], summary["seeds"]) for name, info in summary["workloads"].items()]
+    (out / "headline.md").write_text(
+        f"Command: `{summary['command']}`. Machine: {common.machine_line(summary['machine'])}. "
+        f"Seeds {summary['seeds']}; N = {summary['replicas']}; every method runs one run's compute (the oracle 7). "
+        "Cells: final validation metric / the oracle's, mean ± sd over seeds (lower is better; 1.05 = 5% worse).\n\n"
+        + headline_table(workloads) + "\n")
+    for w in workloads:
+        name, info = w.name, w.info
         img = img_dir / f"quality_{name}.png"
         plot(w, variants, img)
         parts += [f"### {name} ({info['steps']} steps per replica, sync every {info['sync_every']})",

@@ -160,7 +160,20 @@ def markdown(summary: dict[str, Any]) -> str:
                       "Ray actor round trip incl. record + JSON line (ms)"], rows),
         ("Projected traffic per worker per step at N = 1,000 GPUs, a 1B-parameter model, fp32, ring all-reduce, "
         "AdamW moments averaged at each sync (`projected_bytes` in benchmarks/scale.py):"),
-        projection_table()]) + "\n"
+        projection_table(),
+        common.table(["target", "measured", "verdict"], scale_targets(summary))]) + "\n"
+
+
+def scale_targets(summary: dict[str, Any]) -> list[list[str]]:
+    top = max(summary["rows"], key=lambda r: r["replicas"])
+    rows = []
+    for key, label in (("slope_s", "slope, in-process"), ("paper_s", "paper, in-process"),
+                       ("actor_s", "slope, Ray actor round trip")):
+        if key in top:
+            ms = top[key] * 1e3
+            rows.append([f"decision time < 10 ms at N = {top['replicas']} ({label})", f"{ms:.3g} ms",
+                         "met" if ms < 10 else "missed"])
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,7 +126,24 @@ def markdown(summary: dict[str, Any]) -> str:
             f"({cost['in_process_share'] * 100:.3g}% of the window); through a Ray actor round trip "
             + (f"{cost['ray_actor_s'] * 1e3:.4g} ms ({cost['ray_actor_share'] * 100:.3g}%)." if "ray_actor_s" in cost
                else "not measured.") + f" Actor: {cost.get('actor', 'n/a')}."]
+    text.append(common.table(["target", "measured", "verdict"], speed_targets(summary)))
     return "\n\n".join(text) + "\n"
+
+
+def speed_targets(summary: dict[str, Any]) -> list[list[str]]:
+    cells, cost = summary["cells"], summary["controller"]
+    n = max(summary["settings"]["world"])
+    ddp, shared, local = (cells[f"{m}/{n}"]["steps_per_s"] for m in MODES)
+    rows = [[f"`local` at least as many steps/s as DDP at N={n}", f"{local / ddp:.3f}x DDP",
+             "met" if local >= ddp else "missed"],
+            [f"`shared_grad` within 2% of DDP at N={n}", f"{shared / ddp:.3f}x DDP",
+             "met" if shared >= 0.98 * ddp else "missed"]]
+    for key, label in (("in_process", "in-process"), ("ray_actor", "through the Ray actor")):
+        if f"{key}_share" in cost:
+            share = cost[f"{key}_share"]
+            rows.append([f"controller cost < 1% of a {summary['settings']['sync_every']}-step window ({label})",
+                         f"{share * 100:.3g}%", "met" if share < 0.01 else "missed"])
+    return rows
 
 
 def run(mode: str, use_ray: bool = True) -> dict[str, Any]:
