@@ -25,10 +25,10 @@ def test_quality_and_speed_jobs_on_two_gloo_ranks(tmp_path):
             {"key": "hdet", "fn": run_job, "kind": "hdet", "spec": base},
             {"key": "opening", "fn": run_job, "kind": "hdet", "spec": opening}]
     jobs += [{"key": m, "fn": speed_job, "mode": m, "warmup": 1, "timed": 4, "sync_every": 2}
-             for m in ("ddp", "shared_grad", "local")]
+             for m in ("ddp", "shared_grad", "local", "shared_grad+ddp")]
     run_jobs(dispatch, jobs, 2, results)
     out = read_results(results)
-    assert set(out) == {"fixed", "hdet", "opening", "ddp", "shared_grad", "local"}
+    assert set(out) == {"fixed", "hdet", "opening", "ddp", "shared_grad", "local", "shared_grad+ddp"}
 
     for key in ("fixed", "hdet", "opening"):
         assert math.isfinite(out[key]["metric"]) and out[key]["metric"] < math.log(10)  # it learned in 20 steps
@@ -42,11 +42,12 @@ def test_quality_and_speed_jobs_on_two_gloo_ranks(tmp_path):
     # local: parameters + AdamW's two moments every 2 steps, plus the window's loss gather and Decision
     extra = (6 * 8 + (3 + 2 + 4) * 8) / 2
     assert out["local"]["bytes_per_step"] == pytest.approx(3 * model_bytes / 2 + extra, rel=1e-6)
-    assert out["shared_grad"]["bytes_per_step"] == pytest.approx(model_bytes + 3 * model_bytes / 2 + extra, rel=1e-6)
-    assert all(out[m]["steps_per_s"] > 0 for m in ("ddp", "shared_grad", "local"))
+    for mode in ("shared_grad", "shared_grad+ddp"):  # the gradient from the hook or from DDP, plus the syncs
+        assert out[mode]["bytes_per_step"] == pytest.approx(model_bytes + 3 * model_bytes / 2 + extra, rel=1e-6)
+    assert all(out[m]["steps_per_s"] > 0 for m in ("ddp", "shared_grad", "local", "shared_grad+ddp"))
 
     run_jobs(dispatch, jobs, 2, results)  # every key is done: nothing runs again
-    assert len(results.read_text().splitlines()) == 6
+    assert len(results.read_text().splitlines()) == 7
 
 
 def test_scale_decides_at_1024_replicas_and_projects_by_the_ring_formula():
