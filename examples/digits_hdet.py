@@ -14,8 +14,8 @@ import os
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from hdet_ray import HDETOneCycleLR
 
+from hdet_ray import HDETOneCycleLR
 from hdet_ray.tasks import Digits
 
 parser = argparse.ArgumentParser()

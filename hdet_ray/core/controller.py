@@ -202,9 +202,9 @@ class Controller:
         if not any(window.healthy):
             return self._rollback(state, window)
         state = replace(state, consecutive_rollbacks=0)
-        weights = self._weights(window)
         if window.opening:
             return self._open(state, window)
+        weights = self._weights(window)
         progress = window.step / window.total_steps if window.total_steps else 0.0
         finite = [x for x, ok in zip(window.losses, window.healthy) if ok and math.isfinite(x)]
         why = ""

@@ -13,8 +13,8 @@ A replica is unhealthy when
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,6 +23,8 @@ class ParamRecord:
     """Per replica rho_r used in the window."""
     values: list[float]
     """Per replica value applied at the window's end."""
+    center: float | None = None
+    """The value the replicas spread around in the window: base*exp(offset) (log) or base + offset."""
     signal: float | None = None
     velocity: float | None = None
 
@@ -91,7 +93,7 @@ def draft_record(window, stats, reasons: dict[int, str], multipliers: dict[str, 
         losses=list(window.losses), start_loss=start, healthy=list(window.healthy),
         excluded=[r for r, ok in enumerate(window.healthy) if not ok],
         reasons={str(r): why for r, why in reasons.items()}, weights=[],
-        params={name: ParamRecord(base=p.base, offset=p.offset, new_offset=p.offset,
+        params={name: ParamRecord(base=p.base, offset=p.offset, new_offset=p.offset, center=p.center,
                                   multipliers=list(multipliers[name]), values=list(p.values))
                 for name, p in window.params.items()},
         opening=window.opening)

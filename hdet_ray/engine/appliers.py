@@ -90,7 +90,7 @@ class ModuleAttrApplier:
             raise ValueError(f"target 'module:{spec}': the model has no submodule of class {cls_name!r}")
         for m in self.modules:
             if not isinstance(getattr(m, attr, None), (int, float)):
-                raise ValueError(f"target 'module:{spec}': {cls_name}.{attr} is not a number")
+                raise ValueError(f"target 'module:{spec}': {cls_name}.{attr} is not a number")  # noqa: TRY004
         self._bases = [float(getattr(m, attr)) for m in self.modules]
 
     def bases(self) -> list[float]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -24,7 +25,14 @@ import torch.distributed as dist
 from torch.optim.lr_scheduler import OneCycleLR
 
 from hdet_ray.core import spread as spreads
-from hdet_ray.core.controller import Controller, ControllerState, Decision, ParamWindow, Window, make_controller
+from hdet_ray.core.controller import (
+    Controller,
+    ControllerState,
+    Decision,
+    ParamWindow,
+    Window,
+    make_controller,
+)
 from hdet_ray.core.health import HealthConfig, ReplicaStats, assess, start_loss
 from hdet_ray.core.hyperparams import HyperParam, learning_rate
 from hdet_ray.core.records import WindowRecord, complete_record, draft_record
@@ -419,8 +427,6 @@ def _signature(tensors: Sequence[torch.Tensor]) -> list[tuple]:
 
 
 def _with_offsets(state: ControllerState, offsets: dict[str, float]) -> ControllerState:
-    from dataclasses import replace
-
     return replace(state, offsets=dict(offsets))
 
 

@@ -7,8 +7,8 @@ import torch
 import torch.distributed as dist
 from torch.optim.lr_scheduler import OneCycleLR
 
-from hdet_ray import HDETDivergedError, HDETOneCycleLR, HyperParam, learning_rate
-from hdet_ray.core.spread import linear_spread, log_spread, permutation
+from hdet_ray import HDETDivergedError, HDETOneCycleLR, learning_rate
+from hdet_ray.core.spread import linear_spread, permutation
 from tests.engine.conftest import run_ranks
 
 COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "all_gather_into_tensor", "reduce_scatter",
@@ -156,7 +156,7 @@ def test_steering_keeps_the_onecycle_shape_and_momentum_cycling(steered):
 def shared_grad_step(rank, world):
     model = torch.nn.Linear(3, 1, bias=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.0)
-    sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=10, fanout="shared_grad",
+    HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=10, fanout="shared_grad",
                            cycle_momentum=False, explore=[learning_rate("log", 2.0)], seed=1)
     theta0 = model.weight.detach().clone()  # equal on every rank (broadcast at construction)
     x = torch.full((4, 3), float(rank + 1))
@@ -249,8 +249,8 @@ def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges():
 
 
 # -- a too-high rate: fixed OneCycle dies, HDET rolls back, cuts, and learns ---------------------------------
-DEAD_SPEC = dict(task="digits", replicas=4, steps=300, sync_every=25, optimizer="adamw",
-                 schedule={"max_lr": 1.0}, seed=0)
+DEAD_SPEC = {"task": "digits", "replicas": 4, "steps": 300, "sync_every": 25, "optimizer": "adamw",
+             "schedule": {"max_lr": 1.0}, "seed": 0}
 
 
 def hdet_from_a_deadly_rate(rank, world):

@@ -46,7 +46,7 @@ def _momentum(opt):
 @pytest.mark.parametrize("anneal", ["cos", "linear"])
 @pytest.mark.parametrize("three_phase", [False, True])
 def test_values_equal_onecycle_exactly(opt_cls, anneal, three_phase):
-    kw = dict(max_lr=0.5, total_steps=120, anneal_strategy=anneal, three_phase=three_phase)
+    kw = {"max_lr": 0.5, "total_steps": 120, "anneal_strategy": anneal, "three_phase": three_phase}
     model, twin, a, b, ref, ours = _pair(opt_cls, **kw)
     x = torch.randn(16, 4)
     for step in range(120):
@@ -65,7 +65,7 @@ def test_values_equal_onecycle_exactly(opt_cls, anneal, three_phase):
 
 @pytest.mark.parametrize("opt_cls", [torch.optim.SGD, torch.optim.AdamW])
 def test_state_dict_mid_run_reproduces_the_rest_exactly(opt_cls):
-    kw = dict(max_lr=0.3, total_steps=90)
+    kw = {"max_lr": 0.3, "total_steps": 90}
     _, _, _, b, _, ours = _pair(opt_cls, **kw)
     rest = []
     saved = None

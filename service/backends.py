@@ -1,0 +1,93 @@
+"""Where jobs run. `RayJobs` talks to Ray only through the Ray Jobs API; `MemoryJobs` runs nothing
+(jobs are recorded, records arrive through ingest) for API tests and load tests.
+
+A backend's methods block; the app calls them from worker threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+
+class UnknownJob(LookupError):
+    """The backend has no job of that id (e.g. the Ray cluster it ran on is gone)."""
+
+
+class JobBackend(Protocol):
+    def submit(self, job_id: str, entrypoint: str) -> None: ...
+    def status(self, job_id: str) -> tuple[str, str]:
+        """(status, message); status is one of storage.STATUSES. Raises UnknownJob."""
+    def stop(self, job_id: str) -> None: ...
+    def logs(self, job_id: str) -> str: ...
+    def close(self) -> None: ...
+
+
+class RayJobs:
+    def __init__(self, address: str, headers: dict[str, str] | None = None) -> None:
+        from ray.job_submission import JobSubmissionClient
+
+        self.address = address
+        self.client = JobSubmissionClient(address, headers=headers)
+
+    def submit(self, job_id: str, entrypoint: str) -> None:
+        self.client.submit_job(entrypoint=entrypoint, submission_id=job_id,
+                               metadata={"submitted_by": "hdet-service"})
+
+    def status(self, job_id: str) -> tuple[str, str]:
+        try:
+            info = self.client.get_job_info(job_id)
+        except RuntimeError as e:
+            if "does not exist" in str(e) or "404" in str(e):
+                raise UnknownJob(job_id) from None
+            raise
+        return str(info.status.value), info.message or ""
+
+    def stop(self, job_id: str) -> None:
+        self.client.stop_job(job_id)
+
+    def logs(self, job_id: str) -> str:
+        try:
+            return self.client.get_job_logs(job_id)
+        except RuntimeError as e:
+            if "does not exist" in str(e) or "404" in str(e):
+                raise UnknownJob(job_id) from None
+            raise
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryJobs:
+    """Records submissions; a job is RUNNING until stopped. Runs no code."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, str] = {}
+        self.entrypoints: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, job_id: str, entrypoint: str) -> None:
+        with self._lock:
+            self._jobs[job_id] = "RUNNING"
+            self.entrypoints[job_id] = entrypoint
+
+    def status(self, job_id: str) -> tuple[str, str]:
+        with self._lock:
+            if job_id not in self._jobs:
+                raise UnknownJob(job_id)
+            return self._jobs[job_id], "memory backend: nothing runs"
+
+    def stop(self, job_id: str) -> None:
+        with self._lock:
+            self._jobs[job_id] = "STOPPED"
+
+    def finish(self, job_id: str, status: str = "SUCCEEDED") -> None:
+        with self._lock:
+            self._jobs[job_id] = status
+
+    def logs(self, job_id: str) -> str:
+        self.status(job_id)
+        return f"{self.entrypoints[job_id]}\nmemory backend: the command above was not run\n"
+
+    def close(self) -> None:
+        pass

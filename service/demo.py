@@ -1,0 +1,97 @@
+"""`hdet demo`: the quickstart. Starts the service with an embedded Ray head, submits a small `digits`
+job over HTTP, prints the dashboard URL and the token, and runs until Ctrl-C.
+
+    hdet demo                      # then open the printed URL and sign in with the printed token
+    hdet demo --exit-when-done     # for tests: stop once the demo job has ended (exit 0 if it SUCCEEDED)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+DEMO_JOB = {"name": "demo-digits", "task": "digits", "replicas": 2, "steps": 300, "sync_every": 25,
+            "explore": [{"name": "lr", "target": "lr", "spread": "log", "size": 2.0}]}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: a free port")
+    parser.add_argument("--data-dir", default=None, help="default: HDET_DATA_DIR, else a new temporary folder")
+    parser.add_argument("--exit-when-done", action="store_true", help="stop when the demo job has ended")
+    parser.add_argument("--timeout", type=float, default=1800, help="with --exit-when-done: give up after this")
+
+
+def main(args: argparse.Namespace) -> int:
+    import httpx
+    import uvicorn
+
+    from service.app import create_app
+    from service.cli import public_url
+    from service.jobs import load_or_create_token
+    from service.ray_head import free_port
+    from service.settings import Settings
+
+    port = args.port or free_port()
+    env = Settings()
+    data_dir = Path(args.data_dir) if args.data_dir else (
+        env.data_dir if "HDET_DATA_DIR" in os.environ else Path(tempfile.mkdtemp(prefix="hdet-demo-")))
+    settings = env.model_copy(update={"data_dir": data_dir, "public_url": public_url(args.host, port)})
+    token, _ = load_or_create_token(settings)
+    settings = settings.model_copy(update={"token": token})
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=args.host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    print("hdet demo: starting the service and its embedded Ray head...", flush=True)
+    while not server.started:
+        if not thread.is_alive():
+            print("hdet demo: the service did not start (see the log above)")
+            return 1
+        time.sleep(0.2)
+    url = public_url(args.host, port)
+    client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    job = client.post("/v1/jobs", json=DEMO_JOB).raise_for_status().json()
+    print(f"\n  dashboard: {url}{job['links']['dashboard']}\n  token:     {token}\n"
+          f"  job:       {job['id']} (digits, 2 replicas; Ctrl-C to stop the service)\n", flush=True)
+    status, after = "RUNNING", -1
+    try:
+        deadline = time.monotonic() + args.timeout
+        while thread.is_alive():
+            time.sleep(2)
+            page = client.get(f"/v1/jobs/{job['id']}/trajectory", params={"after": after}).json()
+            for record in page["records"]:
+                print(format_window(record), flush=True)
+            after = page["next_after"]
+            info = client.get(f"/v1/jobs/{job['id']}").json()
+            if info["status"] != status:
+                status = info["status"]
+                print(f"hdet demo: job {job['id']} is {status} "
+                      f"({info['progress']['windows']}/{info['progress']['total_windows']} windows)", flush=True)
+            if args.exit_when_done and (info["finished_at"] or time.monotonic() > deadline):
+                break
+    except KeyboardInterrupt:
+        print("hdet demo: stopping", flush=True)
+    server.should_exit = True
+    thread.join(timeout=120)
+    return 0 if (not args.exit_when_done or status == "SUCCEEDED") else 1
+
+
+def format_window(record: dict) -> str:
+    """One terminal line per window: the trajectory the dashboard plots."""
+    lr = record["params"].get("lr") or next(iter(record["params"].values()))
+    centre = lr.get("center") or lr["base"]
+    losses = " ".join("  nan" if x is None else f"{x:.3f}" for x in record["losses"])
+    metric = "".join(f" {k} {v:.4f}" for k, v in record.get("metrics", {}).items() if k.startswith("val"))
+    flag = " ROLLBACK" if record.get("rollback") else ""
+    return (f"  window {record['window']:3d} step {record['step']:5d}  lr {centre:.3e} "
+            f"(x{_exp(lr['new_offset']):.3f})  losses {losses}{metric}{flag}")
+
+
+def _exp(x: float | None) -> float:
+    import math
+
+    return math.exp(x) if x is not None else float("nan")

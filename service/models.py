@@ -1,0 +1,115 @@
+"""Request and response models of the REST API, one per use (Create / Public)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hdet_ray.core.records import WindowRecord
+from hdet_ray.spec import JobSpec
+from hdet_ray.tasks import TASKS
+
+Status = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
+RegisteredTask = Literal[tuple(sorted(TASKS))]  # type: ignore[valid-type]
+
+
+class JobCreate(JobSpec):
+    """A job spec as a client may send it: registered tasks only (the API never runs code it is sent),
+    and no `service` or `storage_path` (the service sets both)."""
+
+    task: RegisteredTask = Field("digits", description="A registered task.")  # type: ignore[valid-type]
+    storage_path: None = Field(None, description="Set by the service.")
+    service: None = Field(None, description="Set by the service.")
+
+
+class Error(BaseModel):
+    detail: str
+
+
+class Links(BaseModel):
+    self: str
+    trajectory: str
+    stream: str
+    logs: str
+    stop: str
+    dashboard: str
+
+
+class Progress(BaseModel):
+    windows: int = Field(description="Windows stored.")
+    total_windows: int
+    step: int | None = Field(description="Step of the latest stored window.")
+    total_steps: int
+    fraction: float = Field(ge=0, le=1)
+
+
+class JobPublic(BaseModel):
+    id: str
+    name: str | None
+    status: Status
+    message: str
+    spec: dict[str, Any]
+    progress: Progress
+    latest_metrics: dict[str, float | None]
+    created_at: str
+    updated_at: str
+    finished_at: str | None
+    links: Links
+
+
+class JobCreated(BaseModel):
+    id: str
+    status: Status
+    links: Links
+
+
+class JobsPage(BaseModel):
+    items: list[JobPublic]
+    total: int
+    offset: int
+    limit: int
+
+
+class Trajectory(BaseModel):
+    job_id: str
+    records: list[dict[str, Any]] = Field(description="WindowRecord.to_dict() of each window, by window.")
+    next_after: int = Field(description="Pass as `after` to get the windows stored since.")
+
+
+class IngestRecord(BaseModel):
+    """A WindowRecord.to_dict(); checked field by field against the record's shape."""
+
+    model_config = ConfigDict(extra="allow")
+    window: int = Field(ge=0, le=10_000_000)
+    step: int = Field(ge=0)
+
+    def to_record(self) -> dict[str, Any]:
+        data = self.model_dump()
+        WindowRecord.from_dict(data)  # raises on a wrong shape
+        return data
+
+
+class IngestBatch(BaseModel):
+    records: list[IngestRecord] = Field(max_length=10_000)
+
+    @field_validator("records")
+    @classmethod
+    def _shape(cls, records: list[IngestRecord]) -> list[IngestRecord]:
+        for i, r in enumerate(records):
+            try:
+                r.to_record()
+            except (TypeError, KeyError, ValueError, AttributeError) as e:
+                raise ValueError(f"records[{i}] is not a WindowRecord: {e}") from None
+        return records
+
+
+class IngestResult(BaseModel):
+    received: int
+    changed: int
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    backend: str
+    database: str

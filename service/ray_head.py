@@ -1,0 +1,170 @@
+"""The embedded default: a local Ray head the service starts, owns, and ends (never `ray stop`).
+
+The head runs as `ray start --head --block` in its own process group with token auth set explicitly
+(RAY_AUTH_MODE=token and a token file under the data directory). Its address and pid are kept in
+<data_dir>/ray-head.json, so a service that was killed and restarted adopts the head its jobs still
+run on instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# Ray's session directories hold Unix sockets, whose paths are limited to ~107 bytes.
+_MAX_TEMP_DIR = 48
+_OBJECT_STORE_BYTES = 300 * 1024 * 1024  # the service's jobs pass tensors through collectives, not the store
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(slots=True)
+class HeadInfo:
+    pid: int
+    gcs_port: int
+    dashboard_port: int
+    temp_dir: str
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+
+class EmbeddedHead:
+    def __init__(self, data_dir: Path, num_cpus: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.num_cpus = num_cpus
+        self.info_file = data_dir / "ray-head.json"
+        self.token_file = data_dir / "ray-token"
+        self.info: HeadInfo | None = None
+        self._proc: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def token(self) -> str:
+        if not self.token_file.exists():
+            self.token_file.touch(mode=0o600)
+            self.token_file.write_text(secrets.token_hex(32))
+        return self.token_file.read_text().strip()
+
+    def env(self) -> dict[str, str]:
+        """Environment for processes of this head (and its jobs): token auth, explicitly."""
+        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_file)}
+
+    def start(self, timeout_s: float = 120.0) -> HeadInfo:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        adopted = self._adopt()
+        if adopted:
+            self.info = adopted
+            return adopted
+        temp_dir = self.data_dir.resolve() / "ray"
+        if len(str(temp_dir)) > _MAX_TEMP_DIR:
+            temp_dir = Path(tempfile.mkdtemp(prefix="hdet-ray-"))
+        gcs_port, dash_port = free_port(), free_port()
+        cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+               "--port", str(gcs_port), "--dashboard-port", str(dash_port), "--dashboard-host", "127.0.0.1",
+               "--include-dashboard", "true", "--temp-dir", str(temp_dir), "--disable-usage-stats",
+               "--node-ip-address", "127.0.0.1", "--object-store-memory", str(_OBJECT_STORE_BYTES)]
+        # Every port Ray would otherwise take at a fixed default, so heads of other users can coexist.
+        for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                     "--runtime-env-agent-port", "--metrics-export-port"):
+            cmd += [flag, str(free_port())]
+        if self.num_cpus:
+            cmd += ["--num-cpus", str(self.num_cpus)]
+        self.token  # noqa: B018  (creates the token file before the head reads it)
+        self._log = open(self.data_dir / "ray-head.log", "ab")  # noqa: SIM115  (open while the head runs)
+        self._proc = subprocess.Popen(cmd, env=self.env(), stdout=self._log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        info = HeadInfo(self._proc.pid, gcs_port, dash_port, str(temp_dir))
+        deadline = time.monotonic() + timeout_s
+        while not self._ready(info):
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"the embedded Ray head exited ({self._proc.returncode}); "
+                                   f"see {self.data_dir / 'ray-head.log'}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the embedded Ray head did not come up in {timeout_s:.0f} s")
+            time.sleep(0.5)
+        self.info = info
+        self.info_file.write_text(json.dumps(asdict(info)))
+        return info
+
+    def _ready(self, info: HeadInfo) -> bool:
+        req = urllib.request.Request(info.dashboard_url + "/api/version",
+                                     headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=2) as r:
+                return r.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def _adopt(self) -> HeadInfo | None:
+        try:
+            info = HeadInfo(**json.loads(self.info_file.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+        if _alive(info.pid) and self._ready(info):
+            return info
+        self.info_file.unlink(missing_ok=True)
+        return None
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """End exactly the head this service started or adopted (its process group)."""
+        pid = self._proc.pid if self._proc else (self.info.pid if self.info else None)
+        if pid is not None:
+            # `ray start --block` ends its own processes on SIGTERM; whatever is left of its group goes after.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while _alive(pid) and time.monotonic() < deadline:
+                if self._proc:
+                    self._proc.poll()
+                time.sleep(0.2)
+            _signal_group(pid, signal.SIGKILL)
+            if self._proc:
+                self._proc.wait(timeout=10)
+        self.info_file.unlink(missing_ok=True)
+        if self.info and self.info.temp_dir.startswith(tempfile.gettempdir() + "/hdet-ray-"):
+            shutil.rmtree(self.info.temp_dir, ignore_errors=True)
+        if self._log:
+            self._log.close()
+        self._proc = None
+        self.info = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (our own exited child) is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

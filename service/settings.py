@@ -1,0 +1,35 @@
+"""Settings from the environment (prefix `HDET_`, plus Ray's own `RAY_ADDRESS`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_ENTRYPOINT = "python -m hdet_ray run --spec-json {spec_json}"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HDET_", extra="ignore")
+
+    token: str | None = Field(None, min_length=16, description=(
+        "The API's bearer token. Unset: generated at first start, kept in <data_dir>/token and printed once."))
+    data_dir: Path = Field(Path("hdet-data"), description="Database, tokens, run storage, the embedded Ray's files.")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///<data_dir>/hdet.db.")
+    ray_address: str | None = Field(None, validation_alias=AliasChoices("RAY_ADDRESS", "HDET_RAY_ADDRESS"),
+                                    description="Ray dashboard address (http://host:8265); unset: embedded head.")
+    backend: Literal["ray", "memory"] = Field("ray", description=(
+        "'memory' records jobs without running them (records arrive only through ingest): for API tests "
+        "and load tests."))
+    public_url: str | None = Field(None, description="The URL Ray jobs reach this service at (for ingest).")
+    entrypoint: str = Field(DEFAULT_ENTRYPOINT, description="The Ray job's command; {spec_json} is quoted.")
+    ray_num_cpus: int | None = Field(None, ge=1, description="CPUs the embedded head offers (default: all).")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Larger request bodies get 413.")
+    poll_interval_s: float = Field(2.0, gt=0, le=60, description="How often job status is read from Ray.")
+    sse_keepalive_s: float = Field(15.0, gt=0, le=300)
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir.resolve() / 'hdet.db'}"

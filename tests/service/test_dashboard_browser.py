@@ -1,0 +1,120 @@
+"""The dashboard in Debian's headless Chromium, driven over the DevTools protocol (aiohttp's websocket
+client, which ray[default] brings). Signs in through the login form, opens a running job's page, pushes
+windows through ingest while it is open, waits until the plot shows them, saves a screenshot under the
+test's tmp dir, and fails on any JS exception or console error. The job runs on the in-memory backend:
+the page only sees the HTTP API, which is the same either way."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from tests.service.test_api import SPEC, ingest_token, records
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
+aiohttp = pytest.importorskip("aiohttp")
+
+
+class Page:
+    def __init__(self, ws) -> None:
+        self.ws, self.next_id, self.errors, self.pending = ws, 0, [], {}
+
+    async def pump(self):
+        async for msg in self.ws:
+            data = json.loads(msg.data)
+            if "id" in data and data["id"] in self.pending:
+                self.pending.pop(data["id"]).set_result(data)
+            elif data.get("method") == "Runtime.exceptionThrown":
+                self.errors.append(data["params"]["exceptionDetails"].get("exception", {}).get("description")
+                                   or data["params"]["exceptionDetails"]["text"])
+            elif data.get("method") == "Runtime.consoleAPICalled" and data["params"]["type"] == "error":
+                self.errors.append(str(data["params"]["args"]))
+            elif data.get("method") == "Log.entryAdded" and data["params"]["entry"]["level"] == "error":
+                self.errors.append(data["params"]["entry"]["text"])
+
+    async def send(self, method, **params):
+        self.next_id += 1
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[self.next_id] = fut
+        await self.ws.send_str(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        reply = await asyncio.wait_for(fut, 30)
+        assert "error" not in reply, reply
+        return reply["result"]
+
+    async def eval(self, expr):
+        result = await self.send("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        return result["result"].get("value")
+
+    async def wait_for(self, expr, timeout_s=30):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if await self.eval(expr):
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {expr}")
+
+
+def start_chromium(profile):
+    proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                             "--disable-sync", f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                             "--window-size=1280,900", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port_file = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + 60
+    while not (port_file.exists() and port_file.read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, "chromium did not start"
+        time.sleep(0.1)
+    return proc, int(port_file.read_text().split()[0])
+
+
+def test_dashboard_plots_live_windows(memory_server, tmp_path):
+    with memory_server.client() as c:
+        job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
+    push = httpx.Client(base_url=memory_server.url,
+                        headers={"Authorization": f"Bearer {ingest_token(memory_server, job_id)}"})
+    push.post(f"/v1/jobs/{job_id}/ingest", json={"records": records([0])}).raise_for_status()
+    proc, port = start_chromium(tmp_path / "profile")
+    try:
+        asyncio.run(drive(memory_server, job_id, push, port, tmp_path / "dashboard.png"))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        push.close()
+    assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+
+
+async def drive(server, job_id, push, port, shot):
+    async with aiohttp.ClientSession() as http:
+        targets = await (await http.get(f"http://127.0.0.1:{port}/json/list")).json()
+        ws_url = next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"]
+        async with http.ws_connect(ws_url, max_msg_size=0) as ws:
+            page = Page(ws)
+            pump = asyncio.create_task(page.pump())
+            for domain in ("Runtime", "Log", "Page"):
+                await page.send(f"{domain}.enable")
+            await page.send("Page.navigate", url=f"{server.url}/login")
+            await page.wait_for("document.readyState === 'complete' && !!document.getElementById('token')")
+            await page.eval(f"document.getElementById('token').value = {json.dumps(server.token)};"
+                            "document.querySelector('form').submit(); true")
+            await page.wait_for("location.pathname === '/' && !!document.querySelector('#jobs tbody tr a')")
+            await page.send("Page.navigate", url=f"{server.url}/jobs/{job_id}")
+            await page.wait_for("document.getElementById('plots') && "
+                                "document.getElementById('plots').dataset.windows === '1'")
+            push.post(f"/v1/jobs/{job_id}/ingest", json={"records": records([1, 2])}).raise_for_status()
+            await page.wait_for("+document.getElementById('plots').dataset.windows >= 2")
+            await page.wait_for("document.getElementById('status').textContent === 'RUNNING'")
+            paths = await page.eval("document.querySelectorAll('#plots svg path').length")
+            assert paths >= 3 + 3  # lr: base + 3 replicas; losses: 3 replicas
+            await asyncio.sleep(0.5)
+            shot.write_bytes(base64.b64decode((await page.send("Page.captureScreenshot"))["data"]))
+            assert page.errors == [], page.errors
+            pump.cancel()
