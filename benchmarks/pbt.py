@@ -82,8 +82,8 @@ def run_pbt(spec: dict[str, Any], start_lr: float, lr_range: tuple[float, float]
         trainable,
         param_space={"spec": spec, "lr": start_lr, "member": tune.grid_search(list(range(members)))},
         tune_config=tune.TuneConfig(metric="metric", mode="min", scheduler=scheduler, reuse_actors=True),
-        run_config=tune.RunConfig(storage_path=storage, verbose=0,
-                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=4)))
+        # every checkpoint is kept: with num_to_keep, Tune 2.60 fails deleting checkpoints PBT already replaced
+        run_config=tune.RunConfig(storage_path=storage, verbose=0))
     grid = tuner.fit()
     finals = [r.metrics.get("metric", math.nan) if r.metrics else math.nan for r in grid]
     best = grid.get_best_result(metric="metric", mode="min", scope="last")

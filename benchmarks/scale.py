@@ -4,15 +4,13 @@
     python -m benchmarks.scale --quick    # fewer repeats
 
 Windows are synthetic (random losses, a log spread of factor 2 over N replicas); the draft `WindowRecord`
-that rank 0 sends is built as the engine builds it. The actor is a minimal one written here (`DecideActor`:
-decide, complete the record, append it as a JSON line, return the Decision), which is what the project's
-controller actor does per window; the Ray layer's own actor was not yet on `main` when this was measured.
+that rank 0 sends is built as the engine builds it, and the actor is the job's own controller actor
+(`hdet_ray.ray.actor.ControllerActor`), each window a new index as in a real run.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import statistics
@@ -24,12 +22,12 @@ from typing import Any
 from benchmarks import common
 from hdet_ray.core.controller import ParamWindow, Window, make_controller
 from hdet_ray.core.health import ReplicaStats
-from hdet_ray.core.records import WindowRecord, complete_record, draft_record
+from hdet_ray.core.records import WindowRecord, draft_record
 from hdet_ray.core.spread import coordinates, log_spread
 
 SIZES = (8, 16, 64, 256, 1024)
-ACTOR_NOTE = ("a minimal Ray actor written in benchmarks/scale.py (decide, complete the record, append a JSON "
-              "line); hdet_ray.ray's actor was not on main yet")
+ACTOR_NOTE = ("the job's controller actor, `hdet_ray.ray.actor.ControllerActor` (decide, complete the record, "
+              "append it to trajectory.jsonl; no service configured), called as rank 0 calls it")
 
 
 def synthetic(n: int, window: int = 5, seed: int = 0) -> tuple[Window, WindowRecord]:
@@ -61,39 +59,25 @@ def decide_s(controller: str, n: int, repeats: int = 200) -> float:
     return statistics.median(times[5:])
 
 
-class DecideHost:
-    """What the controller actor does once per window, minus the service push."""
-
-    def __init__(self, controller: str, path: str) -> None:
-        self.controller = make_controller(controller)
-        self.state = None
-        self.path = path
-
-    def decide(self, window: Window, record: WindowRecord):
-        if self.state is None:
-            self.state = self.controller.initial_state(list(window.params))
-        self.state, decision = self.controller.decide(self.state, window)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(complete_record(record, decision).to_dict(), allow_nan=False) + "\n")
-        return decision
-
-
 def actor_decide_s(n: int, repeats: int = 50, controller: str = "slope") -> float:
-    """Median seconds of rank 0's round trip to a Ray actor hosting the controller (starts Ray if needed)."""
+    """Median seconds of rank 0's round trip to the job's controller actor (starts Ray if needed)."""
     import ray
+
+    from hdet_ray.ray.actor import ControllerActor
+    from hdet_ray.spec import JobSpec
 
     started_here = not ray.is_initialized()
     tmp = tempfile.mkdtemp(prefix="hdet-bench-ray-")
     if started_here:
         ray.init(num_cpus=1, include_dashboard=False, _temp_dir=tmp, log_to_driver=False)
     try:
-        actor = ray.remote(num_cpus=0)(DecideHost).remote(controller, f"{tmp}/trajectory.jsonl")
-        pairs = [synthetic(n, window=i) for i in range(8)]
+        spec = JobSpec.parse({"replicas": n, "controller": {"name": controller}})
+        actor = ControllerActor.remote(spec.model_dump(), f"{tmp}/run")
+        pairs = [synthetic(n, window=i) for i in range(repeats + 5)]
         times = []
-        for i in range(repeats + 5):
-            w, r = pairs[i % len(pairs)]
+        for w, r in pairs:
             t = time.perf_counter()
-            ray.get(actor.decide.remote(w, r))
+            ray.get(actor.decide.remote(w, r.to_dict()))
             times.append(time.perf_counter() - t)
         ray.kill(actor)
         return statistics.median(times[5:])
