@@ -47,7 +47,7 @@ def trainable(config: dict[str, Any]) -> None:
         warnings.simplefilter("ignore")  # stepping the schedule to `step` without optimizer steps
         for _ in range(step):
             scheduler.step()
-    batches = task.batches(config["member"], 1, spec.seed)
+    batches = _stream(task, config["member"], spec.seed)
     for _ in range(step):  # the data stream is a pure function of (seed, member, position)
         next(batches)
     while step < spec.steps:
@@ -65,6 +65,15 @@ def trainable(config: dict[str, Any]) -> None:
                        os.path.join(d, "state.pt"))
             tune.report({"metric": metric, "step": step, "lr": config["lr"]},
                         checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def _stream(task, member: int, seed: int):
+    """Each trial trains on the whole training set (it is one worker) in its own batch order."""
+    from hdet_ray.tasks import Digits
+
+    if isinstance(task, Digits):
+        return task.batches(member, 1, seed)  # digits' rank only seeds the order (every rank of 1 sees all)
+    return task.batches(0, 1, seed * 7919 + member)  # bytelm's rank picks a shard: vary the order by seed
 
 
 def run_pbt(spec: dict[str, Any], start_lr: float, lr_range: tuple[float, float], members: int,
