@@ -152,6 +152,11 @@ def plot(w: Workload, variants: list[str], path: Path) -> None:
                                  for s in w.seeds]) for k in ks]
     left.errorbar([_rate(k) for k in ks], [m for m, _ in stats], yerr=[sd for _, sd in stats], marker="o",
                   color="black", label="fixed OneCycle (DDP), grid")
+    off_grid = [(w.best + shift, w.stat(FIXED, shift)) for shift in (LOW, HIGH) if not 0 <= w.best + shift < 7]
+    if off_grid:
+        left.errorbar([_rate(k) for k, _ in off_grid], [st[0] for _, st in off_grid],
+                      yerr=[st[1] for _, st in off_grid], marker="x", color="black", linestyle="none",
+                      label="fixed OneCycle (DDP), off the grid")
     for v, marker in zip(variants, "s^vD<>p"):
         xs, ys, es = [], [], []
         for shift in (LOW, BEST, HIGH):
