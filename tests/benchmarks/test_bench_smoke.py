@@ -102,3 +102,16 @@ def test_gpu_check_dry_run_on_cpu(tmp_path, monkeypatch):
     summary = gpu_check.run("cpu", quick=True)
     (row,) = summary["throughput"]
     assert row["ratio"] > 0 and "sync_check" not in summary  # the sync check needs CUDA
+
+
+def test_bytelm_hdet_windows_are_healthy():
+    """The quality benchmark's bytelm runs mean nothing if every window rolls back (a -inf mask buffer did)."""
+    from hdet_ray.loop import Replica
+    from hdet_ray.spec import JobSpec
+
+    spec = JobSpec.parse({"task": "bytelm", "replicas": 1, "steps": 20, "sync_every": 10,
+                          "schedule": {"max_lr": 3e-3}, "task_options": {"train_bytes": 20_000, "val_bytes": 4096}})
+    replica = Replica.build(spec)
+    replica.train(validate=False)
+    assert [r.rollback for r in replica.scheduler.records] == [False, False]
+    assert all(r.healthy == [True] for r in replica.scheduler.records)
