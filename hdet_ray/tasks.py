@@ -149,7 +149,9 @@ class _TinyGPT(nn.Module):
         self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, 256)
-        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(context), persistent=False)
+        # a bool mask (True = masked): a float one holds -inf, which HDET's finiteness check reads as a dead replica
+        causal = torch.triu(torch.ones(context, context, dtype=torch.bool), diagonal=1)
+        self.register_buffer("mask", causal, persistent=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = idx.shape[1]
