@@ -298,14 +298,17 @@ class PaperConfig(ControllerConfig):
 
 
 class PaperController(Controller):
-    """The paper's auto-LR rule, moved onto an offset.
+    """The paper's auto-LR rule, moved onto an offset and made relative to the current centre.
 
         s_r = (mean(L) - L_r) / sigma,   w = softmax(s)
-        Delta = sum_r w_r * eta_r - mean_r(eta_r)        (zero-order hypergradient)
+        Delta = (sum_r w_r * eta_r - mean_r(eta_r)) / centre      (zero-order hypergradient, relative)
         v <- beta * v + (1 - beta) * Delta
-        centre <- centre + lambda * v                    (the paper: base <- base*(1-gamma) + lambda*v)
+        centre <- centre * (1 + lambda * v)                        (the paper: base <- base*(1-gamma) + lambda*v)
 
-    eta_r are the values applied at the window's end; non-finite losses get weight 0.
+    eta_r are the values applied at the window's end; non-finite losses get weight 0. The paper's update is
+    additive in absolute units; under an annealing base that makes the same absolute step a growing
+    multiple of the rate (the offset ran into its bound at the end of every run in the benchmarks), so
+    Delta and v are kept in units of the centre. For the first window the two are identical.
     """
 
     name = "paper"
@@ -322,10 +325,14 @@ class PaperController(Controller):
         w = [x / total for x in raw]
         offsets, velocity, signal = dict(state.offsets), dict(state.velocity), {}
         for name, p in window.params.items():
-            delta = sum(wi * v for wi, v in zip(w, p.values)) - sum(p.values) / len(p.values)
+            centre = p.center
+            if centre == 0:
+                offsets[name] = p.offset
+                continue
+            delta = (sum(wi * v for wi, v in zip(w, p.values)) - sum(p.values) / len(p.values)) / centre
             v = cfg.momentum * velocity.get(name, 0.0) + (1 - cfg.momentum) * delta
             signal[name], velocity[name] = delta, v
-            offsets[name] = p.offset_for(p.center + cfg.step_size * v)
+            offsets[name] = p.offset_for(centre * max(1.0 + cfg.step_size * v, 1e-3))
         return replace(state, velocity=velocity), offsets, signal, "paper softmax update"
 
 

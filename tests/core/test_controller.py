@@ -97,16 +97,31 @@ def test_paper_controller_matches_the_equations():
     win = Window(window=0, step=10, total_steps=100, losses=tuple(L), healthy=(True,) * 4, params={"lr": p})
     c = PaperController(momentum=beta, temperature=sigma, step_size=lam)
     state, d = c.decide(c.initial_state(["lr"]), win)
-    assert d.signal["lr"] == pytest.approx(delta, rel=1e-12)
-    assert d.velocity["lr"] == pytest.approx(v1, rel=1e-12)
+    # Delta and v are in units of the centre (2.5); the first step equals the paper's additive one
+    assert d.signal["lr"] == pytest.approx(delta / 2.5, rel=1e-12)
+    assert d.velocity["lr"] == pytest.approx(v1 / 2.5, rel=1e-12)
     assert d.offsets["lr"] == pytest.approx(math.log((2.5 + lam * v1) / 2.5), rel=1e-12)
-    # second window, same losses: v2 = beta*v1 + (1-beta)*delta; centre moves from the new centre
+    # second window, same losses and values: v2 = beta*v1 + (1-beta)*Delta; centre *= (1 + lambda*v2)
     p2 = ParamWindow(scale="log", base=2.5, offset=d.offsets["lr"], coords=(0.0,) * 4, values=tuple(eta))
     win2 = Window(window=1, step=20, total_steps=100, losses=tuple(L), healthy=(True,) * 4, params={"lr": p2})
     _, d2 = c.decide(state, win2)
-    v2 = beta * v1 + (1 - beta) * delta
+    centre2 = 2.5 + lam * v1
+    v2 = beta * v1 / 2.5 + (1 - beta) * delta / centre2
     assert d2.velocity["lr"] == pytest.approx(v2, rel=1e-12)
-    assert d2.offsets["lr"] == pytest.approx(math.log((2.5 + lam * v1 + lam * v2) / 2.5), rel=1e-12)
+    assert d2.offsets["lr"] == pytest.approx(math.log(centre2 * (1 + lam * v2) / 2.5), rel=1e-12)
+
+
+def test_paper_controller_is_scale_free_under_an_annealing_base():
+    """The same losses at a base 1000x smaller move the offset by the same amount (no runaway at the end)."""
+    c = PaperController()
+    moves = []
+    for base in (1.0, 1e-3):
+        p = ParamWindow(scale="log", base=base, offset=0.2, coords=(0.0,) * 4,
+                        values=tuple(base * math.exp(0.2) * m for m in MULTS))
+        win = Window(window=0, step=10, total_steps=100, losses=(4.0, 3.0, 2.0, 1.0), healthy=(True,) * 4,
+                     params={"lr": p})
+        moves.append(c.decide(c.initial_state(["lr"]), win)[1].offsets["lr"] - 0.2)
+    assert moves[0] > 0 and moves[0] == pytest.approx(moves[1], rel=1e-9)
 
 
 def test_centered_ranks():
