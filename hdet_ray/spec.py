@@ -145,7 +145,8 @@ class JobSpec(_Model):
     auto_lr: bool = True
     controller: ControllerSpec = Field(default_factory=ControllerSpec)
     opening_spread: float | None = Field(None, ge=1, le=1e6)
-    optimizer_state: Literal["average", "keep", "reset"] = "average"
+    optimizer_state: Literal["average", "keep", "reset"] | None = Field(
+        None, description="None: 'keep' under shared_grad (identical moments), else 'average'.")
     balanced: bool = False
     health: Health = Field(default_factory=Health)
     validate_every: int = Field(1, ge=1, description="Validate every this many windows (and at the end).")

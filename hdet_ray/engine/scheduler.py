@@ -65,7 +65,8 @@ class HDETOneCycleLR(OneCycleLR):
         controller_settings: keyword settings for a controller given by name.
         auto_lr: False holds every offset (HDET without auto-LR: spread + averaging only).
         health: when a replica counts as unhealthy (`HealthConfig`).
-        optimizer_state: 'average' | 'keep' | 'reset' at each sync.
+        optimizer_state: 'average' | 'keep' | 'reset' at each sync (default: 'keep' under shared_grad, whose
+            ranks' moments are identical anyway, else 'average').
         balanced: assign multipliers so explored hyperparameters are uncorrelated across replicas.
         opening_spread: if set, the first window runs the learning rate over a log spread of this factor
             (a range test across replicas) and the controller centres on the best replica.
@@ -102,7 +103,7 @@ class HDETOneCycleLR(OneCycleLR):
         controller_settings: dict[str, Any] | None = None,
         auto_lr: bool = True,
         health: HealthConfig | None = None,
-        optimizer_state: str = "average",
+        optimizer_state: str | None = None,
         balanced: bool = False,
         opening_spread: float | None = None,
         model: torch.nn.Module | None = None,
@@ -122,6 +123,8 @@ class HDETOneCycleLR(OneCycleLR):
             raise ValueError(f"sync_every must be an integer in [1, total_steps={self.total_steps}], got {sync_every!r}")
         if fanout not in FANOUT_MODES:
             raise ValueError(f"fanout must be one of {FANOUT_MODES}, got {fanout!r}")
+        if optimizer_state is None:  # shared_grad ranks see identical gradients: their moments already agree
+            optimizer_state = "keep" if fanout == "shared_grad" else "average"
         if optimizer_state not in converge.OPTIMIZER_STATE_POLICIES:
             raise ValueError(f"optimizer_state must be one of {converge.OPTIMIZER_STATE_POLICIES}, "
                              f"got {optimizer_state!r}")
