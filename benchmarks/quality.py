@@ -39,15 +39,16 @@ WORKLOADS: dict[str, dict[str, dict[str, Any]]] = {
 }
 SEEDS = {"full": (0, 1, 2), "quick": (0,)}
 
-# HDET variants started from each of the three rates (spec overrides); defaults: log spread 2, slope, local
+# HDET variants started from each of the three rates (spec overrides on the defaults: log spread 2, slope).
+# Each names its fan-out: the default changed from local to shared_grad after the first full run.
 VARIANTS: dict[str, dict[str, Any]] = {
-    "HDET slope/local": {},
+    "HDET slope/local": {"fanout": "local"},
     "HDET slope/shared_grad": {"fanout": "shared_grad"},
-    "HDET paper/local": {"controller": {"name": "paper"}},
+    "HDET paper/local": {"controller": {"name": "paper"}, "fanout": "local"},
     "HDET paper/shared_grad": {"controller": {"name": "paper"}, "fanout": "shared_grad"},
-    "HDET no-auto/local": {"auto_lr": False},
+    "HDET no-auto/local": {"auto_lr": False, "fanout": "local"},
     "HDET no-auto/shared_grad": {"auto_lr": False, "fanout": "shared_grad"},
-    "HDET slope/local + opening 10x": {"opening_spread": 10.0},
+    "HDET slope/local + opening 10x": {"opening_spread": 10.0, "fanout": "local"},
 }
 QUICK_VARIANTS = ("HDET slope/local", "HDET paper/shared_grad", "HDET no-auto/local",
                   "HDET slope/local + opening 10x")

@@ -42,8 +42,10 @@ def test_quality_and_speed_jobs_on_two_gloo_ranks(tmp_path):
     # local: parameters + AdamW's two moments every 2 steps, plus the window's loss gather and Decision
     extra = (6 * 8 + (3 + 2 + 4) * 8) / 2
     assert out["local"]["bytes_per_step"] == pytest.approx(3 * model_bytes / 2 + extra, rel=1e-6)
-    for mode in ("shared_grad", "shared_grad+ddp"):  # the gradient from the hook or from DDP, plus the syncs
-        assert out[mode]["bytes_per_step"] == pytest.approx(model_bytes + 3 * model_bytes / 2 + extra, rel=1e-6)
+    # shared_grad: the gradient every step (from the hook, or from DDP), plus the parameters every 2 steps;
+    # its default optimizer-state policy is 'keep' (the moments agree already), so they do not travel
+    for mode in ("shared_grad", "shared_grad+ddp"):
+        assert out[mode]["bytes_per_step"] == pytest.approx(model_bytes + model_bytes / 2 + extra, rel=1e-6)
     assert all(out[m]["steps_per_s"] > 0 for m in ("ddp", "shared_grad", "local", "shared_grad+ddp"))
 
     run_jobs(dispatch, jobs, 2, results)  # every key is done: nothing runs again
