@@ -48,7 +48,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "HDET paper/shared_grad": {"controller": {"name": "paper"}, "fanout": "shared_grad"},
     "HDET no-auto/local": {"auto_lr": False, "fanout": "local"},
     "HDET no-auto/shared_grad": {"auto_lr": False, "fanout": "shared_grad"},
-    "HDET slope/local + opening 10x": {"opening_spread": 10.0, "fanout": "local"},
+    "HDET slope/local + opening 10x": {"opening_spread": 10.0, "fanout": "local",
+                                       "controller": {"opening_step_down": 0}},
 }
 QUICK_VARIANTS = ("HDET slope/local", "HDET paper/shared_grad", "HDET no-auto/local",
                   "HDET slope/local + opening 10x")

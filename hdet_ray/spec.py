@@ -78,6 +78,7 @@ class ControllerSpec(_Model):
     converge: Literal["mean", "fitness", "best"] = "mean"
     rollback_cut: float = Field(0.5, gt=0, lt=1)
     max_rollbacks: int = Field(3, ge=0, le=100)
+    opening_step_down: int = Field(1, ge=0, le=16)
     momentum: float | None = Field(None, ge=0, lt=1)
     step_size: float | None = Field(None, ge=0)
     clip: float | None = Field(None, gt=0)

@@ -165,6 +165,9 @@ class ControllerConfig:
     """Multiplier applied to that hyperparameter's centre on a rollback."""
     max_rollbacks: int = 3
     """Consecutive rollbacks allowed before the run is declared diverged."""
+    opening_step_down: int = 1
+    """After the opening range test, centre this many levels below the best replica's rate (lr_find-style
+    tests take a rate below the loss minimiser: the window is short, and higher rates win it early)."""
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 0:
@@ -179,6 +182,8 @@ class ControllerConfig:
             raise ValueError(f"rollback_cut must be in (0, 1), got {self.rollback_cut}")
         if self.max_rollbacks < 0:
             raise ValueError(f"max_rollbacks must be >= 0, got {self.max_rollbacks}")
+        if self.opening_step_down < 0:
+            raise ValueError(f"opening_step_down must be >= 0, got {self.opening_step_down}")
 
 
 class Controller:
@@ -268,12 +273,15 @@ class Controller:
         best = min(range(len(scores)), key=lambda i: scores[i])
         offsets = dict(state.offsets)
         for name, p in window.params.items():
-            offsets[name] = p.offset_for(p.center * math.exp(p.coords[best]) if p.scale == "log"
-                                         else p.center * (1.0 + p.coords[best]))
+            levels = sorted(set(p.coords))
+            coord = levels[max(levels.index(p.coords[best]) - self.config.opening_step_down, 0)]
+            offsets[name] = p.offset_for(p.center * math.exp(coord) if p.scale == "log"
+                                         else p.center * (1.0 + coord))
         weights = tuple(1.0 if i == best else 0.0 for i in range(window.replicas))
         state = replace(state, offsets=offsets)
+        down = f", {self.config.opening_step_down} level(s) down" if self.config.opening_step_down else ""
         return state, Decision(offsets=dict(offsets), weights=weights, acted=True, velocity=dict(state.velocity),
-                               note=f"opening range test: centred on replica {best}")
+                               note=f"opening range test: centred on replica {best}{down}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -207,12 +207,19 @@ def test_converge_weights():
     assert d.weights[1] > d.weights[3] > d.weights[0]
 
 
-def test_opening_window_centres_on_the_best_replica():
-    c = SlopeController()
+def test_opening_window_centres_one_level_below_the_best_replica():
     mults = log_spread(4, 10.0)
-    _, d = c.decide(c.initial_state(["lr"]), window([3.0, 1.0, 2.0, 9.0], mults=mults, opening=True))
+    # replica 2 (third level) has the lowest loss; by default the centre goes one level below it
+    losses = [3.0, 2.0, 1.0, 9.0]
+    _, d = SlopeController().decide(SlopeController().initial_state(["lr"]), window(losses, mults=mults, opening=True))
     assert d.offsets["lr"] == pytest.approx(math.log(mults[1]))
-    assert d.weights == (0.0, 1.0, 0.0, 0.0)
+    assert d.weights == (0.0, 0.0, 1.0, 0.0)  # the state converges onto the best replica itself
+    c = SlopeController(opening_step_down=0)
+    _, d = c.decide(c.initial_state(["lr"]), window(losses, mults=mults, opening=True))
+    assert d.offsets["lr"] == pytest.approx(math.log(mults[2]))
+    c = SlopeController(opening_step_down=5)  # never below the lowest level tried
+    _, d = c.decide(c.initial_state(["lr"]), window(losses, mults=mults, opening=True))
+    assert d.offsets["lr"] == pytest.approx(math.log(mults[0]))
 
 
 def test_unknown_controller_and_settings_are_named():
