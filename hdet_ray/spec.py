@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing_extensions import Self
 
 from hdet_ray.core.health import HealthConfig
 from hdet_ray.core.hyperparams import HyperParam
@@ -27,6 +28,43 @@ class SpecError(ValueError):
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Document(_Model):
+    """A top-level definition read from YAML or JSON (a job spec, a study): errors name the field."""
+
+    _what: ClassVar[str] = "document"
+    _error: ClassVar[type[SpecError]] = SpecError
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Self:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise cls._error(f"cannot read {cls._what} {path}: {e.strerror}") from None
+        return cls.from_text(text, source=str(path))
+
+    @classmethod
+    def from_text(cls, text: str, source: str | None = None) -> Self:
+        import yaml
+
+        source = source or f"<{cls._what}>"
+        try:
+            data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as e:
+            raise cls._error(f"{source}: not valid YAML/JSON: {e}") from None
+        return cls.parse(data, source)
+
+    @classmethod
+    def parse(cls, data: Any, source: str | None = None) -> Self:
+        source = source or f"<{cls._what}>"
+        if not isinstance(data, dict):
+            raise cls._error(f"{source}: a {cls._what} is a mapping of fields, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise cls._error(f"{source}: invalid {cls._what}:\n" + format_errors(e), e.errors()) from None
 
 
 class Schedule(_Model):
@@ -127,8 +165,10 @@ class ServiceLink(_Model):
     token: str = Field(..., min_length=1, max_length=512)
 
 
-class JobSpec(_Model):
+class JobSpec(Document):
     """An HDET job: what to train, on how many replicas, how to explore and steer."""
+
+    _what: ClassVar[str] = "job spec"
 
     name: str | None = Field(None, max_length=128)
     task: str = Field("digits", min_length=1, max_length=256,
@@ -175,34 +215,6 @@ class JobSpec(_Model):
         if v not in TASKS and ":" not in v:
             raise ValueError(f"unknown task {v!r}; registered: {sorted(TASKS)} or 'module:function'")
         return v
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> JobSpec:
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise SpecError(f"cannot read job spec {path}: {e.strerror}") from None
-        return cls.from_text(text, source=str(path))
-
-    @classmethod
-    def from_text(cls, text: str, source: str = "<spec>") -> JobSpec:
-        import yaml
-
-        try:
-            data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as e:
-            raise SpecError(f"{source}: not valid YAML/JSON: {e}") from None
-        return cls.parse(data, source)
-
-    @classmethod
-    def parse(cls, data: Any, source: str = "<spec>") -> JobSpec:
-        if not isinstance(data, dict):
-            raise SpecError(f"{source}: a job spec is a mapping of fields, got {type(data).__name__}")
-        try:
-            return cls.model_validate(data)
-        except ValidationError as e:
-            raise SpecError(f"{source}: invalid job spec:\n" + format_errors(e), e.errors()) from None
 
     @property
     def total_windows(self) -> int:

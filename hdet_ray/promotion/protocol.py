@@ -24,12 +24,11 @@ No Ray, no torch: this file is plain data with validation (pydantic), so errors 
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hdet_ray.spec import SpecError, format_errors
+from hdet_ray.spec import Document, SpecError
 
 
 class StudyError(SpecError):
@@ -84,8 +83,12 @@ class Retained(_Model):
     controls: list[str] = Field(default_factory=list, description="Always advance, whatever their rank.")
 
 
-class Study(_Model):
+class Study(Document):
     """A staged-promotion study. Field order is the YAML's; see the module docstring."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    _what: ClassVar[str] = "study"
+    _error: ClassVar[type[SpecError]] = StudyError
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     metric: str = Field("val_loss", min_length=1, max_length=64)
@@ -141,28 +144,6 @@ class Study(_Model):
     def definition(self) -> dict[str, Any]:
         """The canonical content that is hashed and frozen (every field, defaults included)."""
         return self.model_dump(mode="json")
-
-    @classmethod
-    def parse(cls, data: Any, source: str = "<study>") -> Study:
-        if not isinstance(data, dict):
-            raise StudyError(f"{source}: a study is a mapping of fields, got {type(data).__name__}")
-        try:
-            return cls.model_validate(data)
-        except ValidationError as e:
-            raise StudyError(f"{source}: invalid study:\n" + format_errors(e), e.errors()) from None
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> Study:
-        import yaml
-
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as e:
-            raise StudyError(f"cannot read study {path}: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise StudyError(f"{path}: not valid YAML/JSON: {e}") from None
-        return cls.parse(data, str(path))
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
