@@ -120,8 +120,10 @@ class Digits(Task):
                 "val_accuracy": float((logits.argmax(1) == y).float().mean())}
 
 
+@lru_cache(maxsize=4)
 def stdlib_text(max_bytes: int = 2_000_000) -> bytes:
-    """The first `max_bytes` of the standard library's .py sources, in a fixed (sorted) order."""
+    """The first `max_bytes` of the standard library's .py sources, in a fixed (sorted) order (read once per
+    process: validation runs every window)."""
     root = sysconfig.get_paths()["stdlib"]
     chunks, total = [], 0
     for dirpath, dirnames, filenames in os.walk(root):
