@@ -5,7 +5,8 @@ OneCycle's shape and momentum cycling go on after auto-LR starts; the reference 
 (whose sign is wrong with PyTorch's defaults) does not exist here.
 
 Every controller shares the same frame (`Controller.decide`):
-1. no healthy replica -> roll back: cut the rate by `rollback_cut`, reset momentum, count the rollback;
+1. no healthy replica -> roll back: move the rate to `rollback_cut` x the lowest replica's, reset momentum,
+   count the rollback;
    past `max_rollbacks` consecutive ones the Decision says `diverged` and the engine raises;
 2. the opening window (if the engine ran a wide range-test spread) -> jump to the best replica's value
    and converge onto that replica;
@@ -93,11 +94,26 @@ class ControllerState:
     windows: int = 0
     rollbacks: int = 0
     consecutive_rollbacks: int = 0
+    evidence: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    """Per hyperparameter: the recent windows' rank correlations (`EvidenceController`)."""
+    streak: dict[str, int] = field(default_factory=dict)
+    """Per hyperparameter: signed count of consecutive moves in one direction (`EvidenceController`)."""
+    last_base: dict[str, float] = field(default_factory=dict)
+    """Per hyperparameter: the schedule's base value at the previous window's end."""
+    bias: dict[str, int] = field(default_factory=dict)
+    """Per hyperparameter: the direction the schedule moved in the previous window (+1 rising, -1 falling)."""
+    replica_bias: tuple[float, ...] = ()
+    """Per replica (rank): its mean log-loss above the window's median over the windows seen (its shard's
+    difficulty: multipliers are re-permuted every window, so their effect averages out of it)."""
+    replica_seen: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"offsets": dict(self.offsets), "velocity": dict(self.velocity),
                 "signs": {k: list(v) for k, v in self.signs.items()}, "windows": self.windows,
-                "rollbacks": self.rollbacks, "consecutive_rollbacks": self.consecutive_rollbacks}
+                "rollbacks": self.rollbacks, "consecutive_rollbacks": self.consecutive_rollbacks,
+                "evidence": {k: list(v) for k, v in self.evidence.items()}, "streak": dict(self.streak),
+                "last_base": dict(self.last_base), "bias": dict(self.bias),
+                "replica_bias": list(self.replica_bias), "replica_seen": list(self.replica_seen)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ControllerState:
@@ -105,7 +121,13 @@ class ControllerState:
                    velocity={k: float(v) for k, v in d["velocity"].items()},
                    signs={k: tuple(int(x) for x in v) for k, v in d["signs"].items()},
                    windows=int(d["windows"]), rollbacks=int(d["rollbacks"]),
-                   consecutive_rollbacks=int(d["consecutive_rollbacks"]))
+                   consecutive_rollbacks=int(d["consecutive_rollbacks"]),
+                   evidence={k: tuple(float(x) for x in v) for k, v in d.get("evidence", {}).items()},
+                   streak={k: int(v) for k, v in d.get("streak", {}).items()},
+                   last_base={k: float(v) for k, v in d.get("last_base", {}).items()},
+                   bias={k: int(v) for k, v in d.get("bias", {}).items()},
+                   replica_bias=tuple(float(x) for x in d.get("replica_bias", ())),
+                   replica_seen=tuple(int(x) for x in d.get("replica_seen", ())))
 
 
 def clamp(x: float, lo: float, hi: float) -> float:
@@ -148,6 +170,22 @@ def _sign(x: float) -> int:
     return (x > 0) - (x < 0)
 
 
+def rank_correlation(coords: Sequence[float], losses: Sequence[float]) -> float:
+    """Spearman's rho between each replica's coordinate and its fitness (low loss = fit; NaN ranks worst).
+
+    +1: the higher the value, the lower the loss. Under "the value does not matter" and a random assignment of
+    multipliers to replicas, rho has mean 0 and variance 1 / (N - 1) whatever the losses' scale: the null
+    distribution the evidence test needs is known exactly.
+    """
+    x = centered_ranks([-c for c in coords])
+    y = centered_ranks(list(losses))
+    sxx = sum(a * a for a in x)
+    syy = sum(b * b for b in y)
+    if sxx <= 1e-300 or syy <= 1e-300:
+        return 0.0
+    return sum(a * b for a, b in zip(x, y)) / math.sqrt(sxx * syy)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ControllerConfig:
     """Settings every controller shares (the frame in the module docstring)."""
@@ -162,7 +200,8 @@ class ControllerConfig:
     rollback_param: str = "lr"
     """Which hyperparameter a rollback cuts."""
     rollback_cut: float = 0.5
-    """Multiplier applied to that hyperparameter's centre on a rollback."""
+    """On a rollback the centre moves to this multiple of the lowest replica's value (every replica failed,
+    the lowest one too, so the rate that trains is below all of them)."""
     max_rollbacks: int = 3
     """Consecutive rollbacks allowed before the run is declared diverged."""
     opening_step_down: int = 1
@@ -237,15 +276,17 @@ class Controller:
         cfg = self.config
         offsets = dict(state.offsets)
         target = cfg.rollback_param if cfg.rollback_param in window.params else next(iter(window.params), None)
-        if target is not None:
+        if target is not None:  # every replica failed, the lowest value too: go below it
             p = window.params[target]
-            offsets[target] = p.offset_for(p.center * cfg.rollback_cut)
+            lowest = min((v for v in p.values if v > 0), default=p.center) if p.scale == "log" else min(p.values)
+            offsets[target] = p.offset_for(min(lowest, p.center) * cfg.rollback_cut)
         consecutive = state.consecutive_rollbacks + 1
         state = replace(state, offsets=offsets, velocity={k: 0.0 for k in state.velocity},
-                        signs={k: () for k in state.signs}, rollbacks=state.rollbacks + 1,
+                        signs={k: () for k in state.signs}, evidence={}, streak={},
+                        rollbacks=state.rollbacks + 1,
                         consecutive_rollbacks=consecutive)
         diverged = consecutive > cfg.max_rollbacks
-        note = (f"no healthy replica: rolled back and cut {target} by {cfg.rollback_cut:g}"
+        note = (f"no healthy replica: rolled back; {target} to {cfg.rollback_cut:g} x the lowest replica's"
                 + (f"; {consecutive} consecutive rollbacks > max_rollbacks {cfg.max_rollbacks}" if diverged else ""))
         return state, Decision(offsets=dict(offsets), weights=(), rollback=True, diverged=diverged,
                                acted=True, velocity=dict(state.velocity), note=note)
@@ -414,11 +455,144 @@ class SlopeController(Controller):
         return replace(state, velocity=velocity, signs=signs), offsets, signal, note
 
 
-CONTROLLERS: dict[str, type[Controller]] = {c.name: c for c in (Controller, PaperController, SlopeController)}
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvidenceConfig(ControllerConfig):
+    """Move on evidence that beats the noise, against the schedule's bias, with a sign-adaptive step."""
+
+    z_threshold: float = 2.0
+    """Move when |z| of the pooled rank correlations reaches this (one-sided ~2% false moves per window)."""
+    evidence_windows: int = 4
+    """Pool at most this many recent windows (since the last change of direction, phase or rollback)."""
+    step_size: float = 0.25
+    """The first move's size (log units for log-scale hyperparameters: 0.25 is x1.28)."""
+    max_step: float = 1.0
+    """Moves double while they keep one direction, up to this (1.0 is x2.7 a window: 10x in ~4 windows)."""
+    bias_aware: bool = True
+    """Never move the way the schedule's short-horizon bias pushes on healthy windows (see the class)."""
+    shard_correction: bool = True
+    """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
+    difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
+
+    def __post_init__(self) -> None:
+        ControllerConfig.__post_init__(self)
+        if not self.z_threshold > 0:
+            raise ValueError(f"z_threshold must be > 0, got {self.z_threshold}")
+        if self.evidence_windows < 1:
+            raise ValueError(f"evidence_windows must be >= 1, got {self.evidence_windows}")
+        if not self.step_size > 0:
+            raise ValueError(f"step_size must be > 0, got {self.step_size}")
+        if not self.max_step >= self.step_size:
+            raise ValueError(f"max_step must be >= step_size ({self.step_size}), got {self.max_step}")
 
 
-def make_controller(name: str = "slope", **settings: Any) -> Controller:
-    """Build a registered controller by name ('slope', 'paper', 'hold'); unknown settings name themselves."""
+SHARD_PRIOR_WINDOWS = 4
+
+
+def _without_shard_bias(losses: Sequence[float], bias: Sequence[float], seen: Sequence[int]
+                        ) -> tuple[list[float], tuple[float, ...], tuple[int, ...]]:
+    """(log-losses less each replica's running offset, the updated offsets, the updated counts).
+
+    A replica's offset is the mean, over the windows seen before this one, of its log-loss minus the window's
+    median log-loss. Losses that are not all positive and finite are returned as they are (no logs to take).
+    """
+    n = len(losses)
+    bias = tuple(bias) if len(bias) == n else (0.0,) * n
+    seen = tuple(seen) if len(seen) == n else (0,) * n
+    finite = [x for x in losses if math.isfinite(x)]
+    if len(finite) < 2 or min(finite) <= 0.0:
+        return list(losses), bias, seen
+    logs = [math.log(x) if math.isfinite(x) else math.nan for x in losses]
+    ordered = sorted(v for v in logs if math.isfinite(v))
+    half = len(ordered) // 2
+    median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+    # shrunk toward 0 while few windows are seen: one window's offsets are mostly its multipliers' effect
+    scored = [v - b * k / (k + SHARD_PRIOR_WINDOWS) if math.isfinite(v) else math.nan
+              for v, b, k in zip(logs, bias, seen)]
+    new_bias, new_seen = list(bias), list(seen)
+    for r, v in enumerate(logs):
+        if math.isfinite(v):
+            new_seen[r] += 1
+            new_bias[r] += (v - median - new_bias[r]) / new_seen[r]
+    return scored, tuple(new_bias), tuple(new_seen)
+
+
+class EvidenceController(Controller):
+    """Moves only on evidence across windows and permutations; holds otherwise.
+
+        rho_w = Spearman(coordinate, -loss) in window w          (exclusions rank worst)
+        z = sum(rho over the last k windows) * sqrt((N - 1) / k)  (rho has variance 1/(N-1) under no effect)
+        move d = sign(z) when |z| >= z_threshold and the latest rho agrees, by
+        step_size * 2**(moves in a row in direction d - 1), at most max_step
+
+    Each window re-permutes the multipliers, so a shard that is simply easier cannot fake evidence, and the
+    test's false-move rate does not depend on the loss's scale or noise.
+
+    The short-horizon bias: a window's loss favours the higher rate while the schedule rises (loss falls fast)
+    and the lower rate while it anneals (less noise now, less progress later). Evidence that points the way the
+    schedule's bias does cannot be told from the bias, so with `bias_aware` it moves nothing; evidence against
+    the bias is evidence that beats it. So a good rate holds, a too-high one comes down during the rise, a
+    too-low one goes up during the anneal. Windows that excluded a replica as unhealthy are evidence of
+    instability, not of the horizon: there the bias does not block a move (the z test still applies).
+    """
+
+    name = "evidence"
+    Config = EvidenceConfig
+
+    def _move(self, state, window):
+        cfg: EvidenceConfig = self.config  # type: ignore[assignment]
+        n = window.replicas
+        losses = [x if ok else math.nan for x, ok in zip(window.losses, window.healthy)]
+        scored, replica_bias, replica_seen = _without_shard_bias(losses, state.replica_bias, state.replica_seen)
+        if cfg.shard_correction:
+            losses = scored
+        excluded = not all(window.healthy)
+        offsets, evidence, streak = dict(state.offsets), dict(state.evidence), dict(state.streak)
+        last_base, bias_of, signal, velocity = dict(state.last_base), dict(state.bias), {}, dict(state.velocity)
+        notes = []
+        for name, p in window.params.items():
+            previous = last_base.get(name, math.nan)
+            bias = _sign(p.base - previous) if math.isfinite(previous) and abs(p.base - previous) > 1e-12 * abs(
+                previous) else 0
+            last_base[name] = p.base
+            rho = rank_correlation(p.coords, losses)
+            history = evidence.get(name, ())
+            if name in bias_of and bias != bias_of[name]:
+                history = ()  # a new phase: the old evidence carried the old phase's bias
+            if math.isfinite(previous):
+                bias_of[name] = bias
+            history = (history + (rho,))[-cfg.evidence_windows:]
+            z = sum(history) * math.sqrt((n - 1) / len(history)) if n > 1 else 0.0
+            signal[name], velocity[name] = rho, z
+            d = _sign(z) if abs(z) >= cfg.z_threshold else 0
+            if d and _sign(rho) != d:
+                d = 0  # the latest window disagrees: wait
+            if d and cfg.bias_aware and d == bias and not excluded:
+                notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")
+                d = 0
+            if not d:
+                streak[name] = 0
+                evidence[name] = history
+                offsets[name] = p.offset
+                continue
+            run = streak.get(name, 0)
+            run = run + d if _sign(run) == d else d
+            step = min(cfg.step_size * 2 ** (abs(run) - 1), cfg.max_step)
+            streak[name] = run
+            evidence[name] = history
+            offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
+            notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")
+        state = replace(state, evidence=evidence, streak=streak, last_base=last_base, bias=bias_of,
+                        velocity=velocity, replica_bias=replica_bias, replica_seen=replica_seen)
+        return state, offsets, signal, "; ".join(notes) or "no evidence beats the noise; holding"
+
+
+CONTROLLERS: dict[str, type[Controller]] = {
+    c.name: c for c in (Controller, PaperController, SlopeController, EvidenceController)}
+
+
+def make_controller(name: str = "evidence", **settings: Any) -> Controller:
+    """Build a registered controller by name ('evidence', 'slope', 'paper', 'hold'); unknown settings name
+    themselves."""
     if name not in CONTROLLERS:
         raise ValueError(f"controller must be one of {sorted(CONTROLLERS)}, got {name!r}")
     cls = CONTROLLERS[name]

@@ -2,12 +2,19 @@
 
 A replica is unhealthy when
 - its window loss or its parameters are non-finite;
-- its loss blew up while staying finite: its window mean or the mean over the window's second half is above
-  `blowup_factor` x the window's starting loss (the loss of the converged parameters on the window's
-  first batches, the mean of the replicas' first-step losses);
-- it fell back to chance: it had learned (its own lowest loss, the window's starting loss or the previous
-  window's median loss or the run's best median was below chance by more than `chance_margin`) and the second half of the window sits
-  at `chance_loss` (within `chance_tolerance`) or above it. A too-high rate leaves a ten-class network at ln(10) = 2.303: no NaN check sees it.
+- its loss blew up while staying finite. Two conditions, both needed:
+  * relative: its window mean or the mean over the window's second half is above `blowup_factor` x the
+    reference, the larger of the window's starting loss (the converged parameters' loss on the window's first
+    batches: the mean of the replicas' first-step losses) and the previous window's converged median;
+  * absolute: the rise above the reference gives back at least `blowup_progress` of what the run has learned
+    so far (the run's initial loss minus the reference). Near zero loss a window that doubles 0.0007 to 0.0019
+    is noise, not a blow-up: it gave back 0.05% of the progress from 2.3.
+- it fell back to chance: it had learned (its own lowest loss, the window's starting loss, the previous window's
+  median or the run's best median was below chance by more than `chance_margin`) and the window's second half
+  sits at chance (within `chance_tolerance`) or above it. Chance is `chance_loss` when given, else the run's
+  initial loss (the first window's starting loss: an untrained network's level), so a network that learned
+  and came back to where it started is dead without the user naming chance. A too-high rate leaves a
+  ten-class network at ln(10) = 2.303: no NaN check sees it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ class HealthConfig:
     """'At chance' means within this fraction of `chance_loss`."""
     chance_margin: float = 0.1
     """'Had learned' means at least this fraction below `chance_loss`."""
+    blowup_progress: float = 0.25
+    """A blow-up must also give back at least this fraction of the run's progress (initial loss minus the
+    reference); 0 turns the absolute condition off."""
 
     def __post_init__(self) -> None:
         if not self.blowup_factor > 1.0:
@@ -37,6 +47,8 @@ class HealthConfig:
             raise ValueError(f"HealthConfig.chance_tolerance must be in [0, 1), got {self.chance_tolerance}")
         if not 0.0 <= self.chance_margin < 1.0:
             raise ValueError(f"HealthConfig.chance_margin must be in [0, 1), got {self.chance_margin}")
+        if not 0.0 <= self.blowup_progress <= 1.0:
+            raise ValueError(f"HealthConfig.blowup_progress must be in [0, 1], got {self.blowup_progress}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,27 +69,35 @@ def start_loss(stats: Sequence[ReplicaStats]) -> float:
 
 
 def assess(stats: Sequence[ReplicaStats], config: HealthConfig, previous: float = math.nan,
-           best: float = math.nan) -> tuple[list[bool], dict[int, str]]:
+           best: float = math.nan, initial: float = math.nan) -> tuple[list[bool], dict[int, str]]:
     """(healthy flag per replica, reason per unhealthy replica).
 
-    `previous`: the last converged window's median loss; `best`: the lowest such median of the run.
+    `previous`: the last converged window's median loss; `best`: the lowest such median of the run;
+    `initial`: the run's first window's starting loss (NaN: this is the first window, use its own start).
     """
     first = start_loss(stats)
     reference = first
     if math.isfinite(previous):
         reference = max(first, previous) if math.isfinite(first) else previous
+    if not math.isfinite(initial):
+        initial = first
     lowest = min((x for x in (first, previous, best) if math.isfinite(x)), default=math.inf)
+    chance = config.chance_loss if config.chance_loss is not None else initial
+    floor = 0.0
+    if math.isfinite(initial) and math.isfinite(reference):
+        floor = config.blowup_progress * max(initial - reference, 0.0)
     healthy: list[bool] = []
     reasons: dict[int, str] = {}
     for r, s in enumerate(stats):
-        reason = _reason(s, reference, lowest, config)
+        reason = _reason(s, reference, lowest, floor, chance, config)
         healthy.append(reason is None)
         if reason is not None:
             reasons[r] = reason
     return healthy, reasons
 
 
-def _reason(s: ReplicaStats, reference: float, lowest: float, config: HealthConfig) -> str | None:
+def _reason(s: ReplicaStats, reference: float, lowest: float, floor: float, chance: float | None,
+            config: HealthConfig) -> str | None:
     if not s.params_finite:
         return "non-finite parameters"
     if s.count == 0:
@@ -85,10 +105,10 @@ def _reason(s: ReplicaStats, reference: float, lowest: float, config: HealthConf
     if not (math.isfinite(s.mean_loss) and math.isfinite(s.tail_loss)):
         return "non-finite loss"
     worst = max(s.tail_loss, s.mean_loss)
-    if math.isfinite(reference) and reference > 0 and worst > config.blowup_factor * reference:
+    if (math.isfinite(reference) and reference > 0 and worst > config.blowup_factor * reference
+            and worst - reference > floor):
         return f"loss blew up ({worst:.4g} > {config.blowup_factor:g} x reference {reference:.4g})"
-    chance = config.chance_loss
-    if chance is not None:
+    if chance is not None and math.isfinite(chance) and chance > 0:
         learned = min(s.min_loss, lowest) < chance * (1 - config.chance_margin)
         at_chance = s.tail_loss >= chance * (1 - config.chance_tolerance)  # at chance, or worse
         if learned and at_chance:

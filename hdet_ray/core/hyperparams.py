@@ -31,10 +31,13 @@ class HyperParam:
     'group:weight_decay'; 'group:betas[0]' for a tuple entry), 'module:<Class>.<attr>' (that attribute on
     every submodule of that class name, e.g. 'module:Dropout.p'), or a name registered with
     `hdet_ray.engine.appliers.register_applier`."""
-    spread: str = "log"
-    """'log' (multipliers size**z, z evenly in [-1, 1]) or 'linear' (the paper's 1 +/- alpha)."""
-    size: float = 2.0
-    """The log spread's factor (>= 1) or the linear spread's alpha (in [0, 1)). 1.0 / 0.0: not spread."""
+    spread: str = "log_mean1"
+    """'log_mean1' (the ratios of 'log', scaled to arithmetic mean 1: the averaged model moves as plain data
+    parallel at the base value does), 'log' (multipliers size**z, z evenly in [-1, 1]) or 'linear' (the
+    paper's 1 +/- alpha)."""
+    size: float = 1.5
+    """The log spreads' factor (>= 1) or the linear spread's alpha (in [0, 1)). 1.0 / 0.0: not spread.
+    1.5 by default: a replica at 2x a rate that sits just below the edge of stability is past it."""
     scale: str = "log"
     """Axis the controller's offset lives on: 'log' (multiplicative) or 'linear' (additive)."""
     bounds: tuple[float, float] | None = None
@@ -51,7 +54,7 @@ class HyperParam:
             raise ValueError(f"HyperParam {self.name!r}: spread must be one of {SPREAD_KINDS}, got {self.spread!r}")
         if self.scale not in SCALES:
             raise ValueError(f"HyperParam {self.name!r}: scale must be one of {SCALES}, got {self.scale!r}")
-        if self.spread == "log" and not (self.size >= 1.0 and math.isfinite(self.size)):
+        if self.spread != "linear" and not (self.size >= 1.0 and math.isfinite(self.size)):
             raise ValueError(f"HyperParam {self.name!r}: log spread size (factor) must be >= 1, got {self.size}")
         if self.spread == "linear" and not 0.0 <= self.size < 1.0:
             raise ValueError(f"HyperParam {self.name!r}: linear spread size (alpha) must be in [0, 1), "
@@ -65,7 +68,7 @@ class HyperParam:
 
     @property
     def explored(self) -> bool:
-        return self.size != (1.0 if self.spread == "log" else 0.0)
+        return self.size != (0.0 if self.spread == "linear" else 1.0)
 
     def value(self, base: float, offset: float, multiplier: float) -> float:
         """The applied value for one replica (see the module docstring), clamped to `bounds`."""
@@ -93,6 +96,6 @@ class HyperParam:
         return min(max(new, self.offset_bounds[0]), self.offset_bounds[1])
 
 
-def learning_rate(spread: str = "log", size: float = 2.0, **kwargs) -> HyperParam:
+def learning_rate(spread: str = "log_mean1", size: float = 1.5, **kwargs) -> HyperParam:
     """The learning rate over all param groups (the paper's explored hyperparameter)."""
     return HyperParam(name=kwargs.pop("name", "lr"), target="lr", spread=spread, size=size, **kwargs)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-SPREAD_KINDS = ("linear", "log")
+SPREAD_KINDS = ("linear", "log", "log_mean1")
 
 
 def linear_spread(replicas: int, alpha: float) -> list[float]:
@@ -45,12 +45,27 @@ def log_spread(replicas: int, factor: float) -> list[float]:
     return [factor ** (-1.0 + 2.0 * r / (replicas - 1)) for r in range(replicas)]
 
 
+def log_mean1_spread(replicas: int, factor: float) -> list[float]:
+    """A log spread of `factor` divided by its arithmetic mean: rho_r = factor ** z_r / mean(factor ** z).
+
+    Same ratios as `log_spread`, but sum(rho) = N. Under shared_grad (every replica steps along the same mean
+    gradient) the averaged model then moves as plain data parallel at the base rate does, to first order:
+    exploring costs nothing at a good rate. A plain log spread's mean is above 1 (1.14 for N=4, factor 2),
+    which pushes a rate that sits just below the edge of stability over it.
+    """
+    levels = log_spread(replicas, factor)
+    mean = sum(levels) / len(levels)
+    return [x / mean for x in levels]
+
+
 def spread(kind: str, replicas: int, size: float) -> list[float]:
-    """Multipliers of `kind` ('linear': size is alpha; 'log': size is the factor), sorted ascending."""
+    """Multipliers of `kind` ('linear': size is alpha; 'log', 'log_mean1': size is the factor), ascending."""
     if kind == "linear":
         return linear_spread(replicas, size)
     if kind == "log":
         return log_spread(replicas, size)
+    if kind == "log_mean1":
+        return log_mean1_spread(replicas, size)
     raise ValueError(f"spread kind must be one of {SPREAD_KINDS}, got {kind!r}")
 
 

@@ -99,7 +99,7 @@ class HDETOneCycleLR(OneCycleLR):
         sync_every: int | None = None,
         explore: Sequence[HyperParam] | None = None,
         fanout: str = "shared_grad",
-        controller: str | Controller = "slope",
+        controller: str | Controller = "evidence",
         controller_settings: dict[str, Any] | None = None,
         auto_lr: bool = True,
         health: HealthConfig | None = None,
@@ -173,6 +173,7 @@ class HDETOneCycleLR(OneCycleLR):
         self._h_pending: dict[str, float] = {}
         self._h_previous_loss = math.nan
         self._h_best_loss = math.inf
+        self._h_initial_loss = math.nan  # the first window's starting loss: where an untrained model sits
         self._h_grad_hook = None
         if fanout == "shared_grad" and self.replicas > 1 and not _is_ddp(model):
             self._h_grad_hook = optimizer.register_step_pre_hook(self._average_gradients)
@@ -245,21 +246,8 @@ class HDETOneCycleLR(OneCycleLR):
         self._h_mult = {name: m[self.rank] for name, m in self._h_all_mults.items()}
 
     def _average_gradients(self, optimizer, args, kwargs) -> None:
-        """shared_grad: replace every rank's gradient by the mean over ranks whose gradient is finite.
-
-        Each bucket travels with one extra element, 1 if the rank's gradient is finite (else the bucket is
-        zeroed): the sum of that element counts the contributors. One all-reduce per bucket, no host sync.
-        """
-        grads = [p.grad for p in self._h_params if p.grad is not None]
-        if not grads:
-            return
-        flats = converge.pack(grads)
-        for i, f in enumerate(flats):
-            ok = torch.isfinite(f).all()
-            f = torch.cat([torch.where(ok, f, torch.zeros_like(f)), ok.to(f.dtype).reshape(1)])
-            dist.all_reduce(f, op=dist.ReduceOp.SUM, group=self._h_group)
-            flats[i] = f[:-1] / f[-1:].clamp(min=1.0)
-        converge.unpack(flats, grads)
+        """shared_grad: every rank's gradient becomes the ranks' mean (see `converge.average_gradients`)."""
+        converge.average_gradients([p.grad for p in self._h_params if p.grad is not None], self._h_group)
 
     def annotate(self, **metrics: float) -> None:
         """Attach metrics (a validation score, wall time) to the next window's record."""
@@ -280,7 +268,10 @@ class HDETOneCycleLR(OneCycleLR):
         device = flats[0].device if flats else torch.device("cpu")
         local = self._h_loss.stats(device, converge.params_finite(self._h_params))
         stats = self._gather(local)
-        healthy, reasons = assess(stats, self.health, self._h_previous_loss, self._h_best_loss)
+        if not math.isfinite(self._h_initial_loss):
+            self._h_initial_loss = start_loss(stats)
+        healthy, reasons = assess(stats, self.health, self._h_previous_loss, self._h_best_loss,
+                                  self._h_initial_loss)
         window = self._window_input(stats, healthy)
         record = draft_record(window, stats, reasons, self._h_all_mults, start_loss(stats))
         record.metrics.update(self._h_pending)
@@ -394,6 +385,7 @@ class HDETOneCycleLR(OneCycleLR):
             "pending": dict(self._h_pending),
             "previous_loss": self._h_previous_loss,
             "best_loss": self._h_best_loss,
+            "initial_loss": self._h_initial_loss,
             "snapshot": ([f.detach().cpu().clone() for f in self._h_snapshot[0]],
                          self._h_snapshot[1], self._h_snapshot[2]),
         }
@@ -415,6 +407,7 @@ class HDETOneCycleLR(OneCycleLR):
         self._h_pending = dict(h["pending"])
         self._h_previous_loss = float(h["previous_loss"])
         self._h_best_loss = float(h["best_loss"])
+        self._h_initial_loss = float(h.get("initial_loss", math.nan))
         flats, signature, with_opt = h["snapshot"]
         targets = converge.pack(converge.state_tensors(self._h_params, self.model, None))
         dev = targets[0].device if targets else device

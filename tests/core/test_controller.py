@@ -14,7 +14,7 @@ from hdet_ray.core.controller import (
     centered_ranks,
     make_controller,
 )
-from hdet_ray.core.spread import log_spread
+from hdet_ray.core.spread import log_spread, permutation
 
 MULTS = log_spread(4, 2.0)  # replica r uses MULTS[r]: the higher the index, the higher the rate
 
@@ -44,18 +44,27 @@ CONTRACT = [
     lambda: SlopeController(trust_windows=1),
     lambda: SlopeController(trust_windows=3),
     lambda: make_controller("slope", converge="fitness"),
+    lambda: make_controller("evidence"),
+    lambda: make_controller("evidence", bias_aware=False),
 ]
+
+
+def permuted(i, loss_of_level):
+    """Window i as the engine makes it: multipliers re-permuted across replicas (seeded), loss by level."""
+    perm = permutation(4, 0, i, "lr")
+    mults = [MULTS[perm[r]] for r in range(4)]
+    return window([loss_of_level[perm[r]] for r in range(4)], mults=mults, index=i, step=100 * (i + 1))
 
 
 @pytest.mark.parametrize("factory", CONTRACT)
 def test_contract_higher_rate_better_moves_up(factory):
-    _, ds = run(factory(), [window([4.0, 3.0, 2.0, 1.0], index=i, step=100 * (i + 1)) for i in range(4)])
+    _, ds = run(factory(), [permuted(i, [4.0, 3.0, 2.0, 1.0]) for i in range(4)])
     assert ds[-1].offsets["lr"] > 0
 
 
 @pytest.mark.parametrize("factory", CONTRACT)
 def test_contract_lower_rate_better_moves_down(factory):
-    _, ds = run(factory(), [window([1.0, 2.0, 3.0, 4.0], index=i, step=100 * (i + 1)) for i in range(4)])
+    _, ds = run(factory(), [permuted(i, [1.0, 2.0, 3.0, 4.0]) for i in range(4)])
     assert ds[-1].offsets["lr"] < 0
 
 
@@ -184,7 +193,8 @@ def test_rollback_cuts_the_rate_and_diverges_after_max_rollbacks():
     for i in range(3):
         state, d = c.decide(state, window([math.nan] * 4, healthy=[False] * 4, offset=offset, index=i))
         assert d.rollback and d.weights == ()
-        assert d.offsets["lr"] == pytest.approx(offset + math.log(0.5))
+        # to 0.5 x the lowest replica's value: MULTS[0] = 1/2 of the centre, so the centre x 1/4
+        assert d.offsets["lr"] == pytest.approx(offset + math.log(0.5 * MULTS[0]))
         offset = d.offsets["lr"]
         assert d.diverged == (i == 2)
     assert state.consecutive_rollbacks == 3 and state.rollbacks == 3
@@ -229,3 +239,108 @@ def test_unknown_controller_and_settings_are_named():
         make_controller("paper", clip=0.1)
     with pytest.raises(ValueError, match="momentum"):
         make_controller("slope", momentum=1.5)
+
+
+# -- the evidence controller ---------------------------------------------------------------------------------
+def schedule_windows(losses, bases, **kw):
+    """One window per base value; losses are given per multiplier level and re-permuted like the engine's."""
+    out = []
+    for i, b in enumerate(bases):
+        perm = permutation(4, 0, i, "lr")
+        out.append(window([losses[perm[r]] for r in range(4)], mults=[MULTS[perm[r]] for r in range(4)],
+                          index=i, step=10 * (i + 1), base=b, **kw))
+    return out
+
+
+def test_evidence_needs_two_windows_and_doubles_its_step():
+    # flat schedule, higher rate better every window: rho = 1, z = sqrt(3k); z >= 2 from k = 2 on
+    c = make_controller("evidence", shard_correction=False)
+    state, ds, offset = c.initial_state(["lr"]), [], 0.0
+    for i in range(5):  # the engine feeds each decision's offset into the next window (and re-permutes)
+        perm = permutation(4, 0, i, "lr")
+        state, d = c.decide(state, window([[4.0, 3.0, 2.0, 1.0][perm[r]] for r in range(4)],
+                                          mults=[MULTS[perm[r]] for r in range(4)], index=i, step=10 * (i + 1),
+                                          offset=offset))
+        ds.append(d)
+        offset = d.offsets["lr"]
+    assert [round(d.velocity["lr"], 4) for d in ds[:2]] == [round(math.sqrt(3), 4), round(math.sqrt(6), 4)]
+    offsets = [d.offsets["lr"] for d in ds]
+    assert offsets == pytest.approx([0.0, 0.25, 0.75, 1.75, 2.75])  # 0.25, 0.5, 1.0, then max_step 1.0
+    assert [d.acted for d in ds] == [False, True, True, True, True]
+
+
+def test_evidence_holds_on_noise():
+    import random
+
+    rng = random.Random(0)
+    c = make_controller("evidence")
+    windows = [window([rng.random() for _ in range(4)], index=i, step=10 * (i + 1)) for i in range(400)]
+    _, ds = run(c, windows)
+    moves = sum(d.acted for d in ds)
+    assert moves / len(ds) < 0.06  # one-sided 2.3% a direction at z = 2, windows overlap: a few percent
+
+
+def test_evidence_never_follows_the_anneals_bias():
+    # annealing base, lower rate better every window: exactly what the short-horizon bias produces: hold
+    c = make_controller("evidence")
+    bases = [1.0 * 0.8 ** i for i in range(6)]
+    _, ds = run(c, schedule_windows([1.0, 2.0, 3.0, 4.0], bases))
+    assert all(d.offsets["lr"] == 0.0 for d in ds)
+    assert "bias" in ds[-1].note
+    # ...but higher rate better while annealing beats the bias: move up
+    _, ds = run(c, schedule_windows([4.0, 3.0, 2.0, 1.0], bases))
+    assert ds[-1].offsets["lr"] > 0
+    # rising base (warm-up): higher better is the bias (hold), lower better beats it (move down)
+    rising = [0.1 * 1.5 ** i for i in range(6)]
+    _, ds = run(c, schedule_windows([4.0, 3.0, 2.0, 1.0], rising))
+    assert all(d.offsets["lr"] == 0.0 for d in ds)
+    _, ds = run(c, schedule_windows([1.0, 2.0, 3.0, 4.0], rising))
+    assert ds[-1].offsets["lr"] < 0
+    # without bias_aware it follows whatever it sees
+    _, ds = run(make_controller("evidence", bias_aware=False), schedule_windows([1.0, 2.0, 3.0, 4.0], bases))
+    assert ds[-1].offsets["lr"] < 0
+
+
+def test_evidence_an_exclusion_does_not_skip_the_test():
+    # one window with the top replica excluded: strong but single evidence -> no move yet (z = 1.73)
+    c = make_controller("evidence")
+    _, ds = run(c, [window([1.0, 2.0, 3.0, 9.0], healthy=[True, True, True, False], index=0, step=10)])
+    assert ds[0].offsets["lr"] == 0.0
+    # two such windows while annealing: instability, not the horizon's bias, so the bias does not block it
+    bases = [1.0, 0.8]
+    _, ds = run(c, [window([1.0, 2.0, 3.0, 9.0], healthy=[True, True, True, False], index=i, step=10 * (i + 1),
+                           base=b) for i, b in enumerate(bases)])
+    assert ds[-1].offsets["lr"] < 0
+
+
+def test_evidence_settings_are_validated():
+    with pytest.raises(ValueError, match="z_threshold"):
+        make_controller("evidence", z_threshold=0)
+    with pytest.raises(ValueError, match="max_step"):
+        make_controller("evidence", step_size=0.5, max_step=0.1)
+
+
+def test_evidence_removes_a_shards_own_difficulty():
+    # a small real effect (each level up lowers the loss by 1%) under 2% noise, and replica 0's shard is simply
+    # easier (20% lower loss whatever it runs). Multipliers are re-permuted each window, so the shard's offset
+    # is noise that hides the effect; estimating it from earlier windows and taking it out finds the effect
+    # sooner. Flat schedule, so the bias rule plays no part.
+    import random
+
+    def windows(seed):
+        rng = random.Random(seed)
+        out = []
+        for i in range(30):
+            perm = permutation(4, seed, i, "lr")
+            losses = [(0.8 if r == 0 else 1.0) * (1 - 0.01 * perm[r]) * (1 + 0.02 * rng.random()) for r in range(4)]
+            out.append(window(losses, mults=[MULTS[perm[r]] for r in range(4)], index=i, step=10 * (i + 1)))
+        return out
+
+    def first_move(controller, ws):
+        _, ds = run(controller, ws)
+        return next((i for i, d in enumerate(ds) if d.acted), len(ds))
+
+    seeds = range(20)
+    corrected = [first_move(make_controller("evidence"), windows(s)) for s in seeds]
+    raw = [first_move(make_controller("evidence", shard_correction=False), windows(s)) for s in seeds]
+    assert sum(corrected) < sum(raw)

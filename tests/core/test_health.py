@@ -45,3 +45,39 @@ def test_a_fresh_network_at_chance_is_not_dead():
 
 def test_no_loss_reported_is_judged_on_parameters():
     assert assess([stats(math.nan, count=0), stats(math.nan, count=0, finite=False)], HealthConfig())[0] == [True, False]
+
+
+def test_a_2x_wiggle_near_zero_loss_is_noise_not_a_blow_up():
+    # the trace: 0.0007148 -> 0.001894 late in a run that started at ln(10)
+    cfg = HealthConfig()
+    wiggle = [stats(0.0012, first=0.0007, tail=0.001894), stats(0.0008, first=0.0007), stats(0.0007, first=0.0007)]
+    healthy, reasons = assess(wiggle, cfg, previous=0.0007148, best=0.0007, initial=2.31)
+    assert healthy == [True, True, True], reasons
+    # the same relative jump with nothing learned yet (first window: initial = the window's own start) is caught
+    fresh = [stats(1.0, first=1.0, tail=2.5), stats(1.0, first=1.0)]
+    assert assess(fresh, cfg)[0] == [False, True]
+    # ...and a jump that gives back a real share of the progress still is, late in the run
+    late = [stats(0.9, first=0.3, tail=1.2), stats(0.3, first=0.3)]
+    healthy, reasons = assess(late, cfg, previous=0.3, best=0.3, initial=2.31)
+    assert healthy == [False, True] and "blew up" in reasons[0]
+
+
+def test_a_network_back_at_its_first_window_loss_is_dead_without_chance_loss():
+    cfg = HealthConfig()  # chance_loss=None: the user named no chance level
+    assert cfg.chance_loss is None
+    back = [stats(2.30, first=2.31, tail=2.30, low=0.9) for _ in range(4)]
+    healthy, reasons = assess(back, cfg, previous=0.6, best=0.5, initial=2.31)
+    assert healthy == [False] * 4 and all("chance" in r for r in reasons.values())
+    # a run that is still learning from its first-window level is healthy
+    learning = [stats(1.2, first=1.3, tail=1.1, low=1.0) for _ in range(4)]
+    assert assess(learning, cfg, previous=1.3, best=1.3, initial=2.31)[0] == [True] * 4
+    # the first window itself: nothing learned yet, not dead
+    first = [stats(2.29, first=2.31, tail=2.28, low=2.2) for _ in range(4)]
+    assert assess(first, cfg)[0] == [True] * 4
+
+
+def test_blowup_progress_is_validated():
+    import pytest
+
+    with pytest.raises(ValueError, match="blowup_progress"):
+        HealthConfig(blowup_progress=1.5)

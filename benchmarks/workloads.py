@@ -1,0 +1,129 @@
+"""The quality benchmark's workloads, run the way a user runs them: DDP + torch's `OneCycleLR`, or the same
+script with `HDETOneCycleLR` swapped in (the README's three-line change), or an LR-free optimizer.
+
+- `mlp`: the digits MLP (`hdet_ray.tasks.Digits`) with SGD + momentum (OneCycle cycles the momentum).
+- `cnn`: a small CNN with BatchNorm on the same 8x8 digits images, with Adam.
+- `lm`: the byte-level transformer LM (`hdet_ray.tasks.ByteLM`) with AdamW (weight decay 0.01).
+
+`run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
+final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import OneCycleLR
+
+from hdet_ray.tasks import ByteLM, Digits, Task
+
+
+@dataclass
+class DigitsCNN(Digits):
+    """A small CNN with BatchNorm on the 8x8 digits images (the MLP's data, split and metric)."""
+
+    channels: int = 16
+    name: str = field(default="digits_cnn", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            c = self.channels
+            return nn.Sequential(
+                nn.Unflatten(1, (1, 8, 8)),
+                nn.Conv2d(1, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(),
+                nn.Conv2d(c, 2 * c, 3, padding=1), nn.BatchNorm2d(2 * c), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Flatten(), nn.Linear(2 * c * 16, 10))
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    task: Task
+    optimizer: str
+    """'sgd' (momentum 0.9, cycled by OneCycle), 'adam' or 'adamw' (weight decay 0.01)."""
+    steps: int
+    sync_every: int
+
+
+def make_optimizer(kind: str, params, lr: float) -> torch.optim.Optimizer:
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    if kind == "prodigy":
+        from prodigyopt import Prodigy
+
+        return Prodigy(params, lr=lr, weight_decay=0.0)
+    if kind == "dadapt":
+        from dadaptation import DAdaptAdam
+
+        return DAdaptAdam(params, lr=lr)
+    raise ValueError(f"unknown optimizer {kind!r}")
+
+
+TASKS = {"mlp": (Digits, "sgd"), "cnn": (DigitsCNN, "adam"), "lm": (ByteLM, "adamw")}
+
+
+def build(name: str) -> tuple[Task, str]:
+    cls, opt = TASKS[name]
+    return cls(), opt
+
+
+def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
+    """job: workload, steps, sync_every, max_lr, seed, arm ('fixed' | 'hdet' | 'lrfree'), hdet (kwargs)."""
+    task, opt_kind = build(job["workload"])
+    seed, steps = int(job["seed"]), int(job["steps"])
+    started = time.perf_counter()
+    model = task.model(seed)
+    arm = job["arm"]
+    if arm == "lrfree":
+        opt_kind = job["optimizer"]
+    optimizer = make_optimizer(opt_kind, model.parameters(), job["max_lr"] / 25.0)
+    hdet = None
+    if arm == "hdet":
+        from hdet_ray import HDETDivergedError, HDETOneCycleLR
+
+        net = model
+        hdet = HDETOneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps, sync_every=job["sync_every"],
+                              model=model, seed=seed, **job.get("hdet", {}))
+        scheduler = hdet
+    else:
+        net = DistributedDataParallel(model) if world > 1 else model
+        scheduler = OneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps)
+    batches = task.batches(rank, world, seed)
+    diverged = False
+    try:
+        for i in range(steps):
+            loss = task.loss(net, next(batches))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if hdet is not None:
+                hdet.step(loss)
+                if i == steps - 1:
+                    hdet.finish()
+            else:
+                scheduler.step()
+    except HDETDivergedError:  # type: ignore[misc]  # raised on every rank at the same sync
+        diverged = True
+    finally:
+        if hdet is not None:
+            hdet.close()
+    metric = task.evaluate(model)[task.metric] if rank == 0 else math.nan
+    out: dict[str, Any] = {"metric": metric, "diverged": diverged or not math.isfinite(metric),
+                           "wall_s": time.perf_counter() - started}
+    if hdet is not None:
+        out["records"] = [r.to_dict() for r in hdet.records]
+        out["centres"] = [math.exp(r.params["lr"].new_offset) for r in hdet.records]
+        out["rollbacks"] = sum(r.rollback for r in hdet.records)
+    return out
