@@ -246,7 +246,13 @@ class HDETOneCycleLR(OneCycleLR):
         self._h_mult = {name: m[self.rank] for name, m in self._h_all_mults.items()}
 
     def _average_gradients(self, optimizer, args, kwargs) -> None:
-        """shared_grad: every rank's gradient becomes the ranks' mean (see `converge.average_gradients`)."""
+        """shared_grad: every rank's gradient becomes the ranks' mean (see `converge.average_gradients`).
+
+        Not in the opening window: a range test 10x wide would average the top replica's gradient into every
+        replica's update (first-window losses of 1e6 and more); the replicas train apart, as under `local`.
+        """
+        if self._h_opening:
+            return
         converge.average_gradients([p.grad for p in self._h_params if p.grad is not None], self._h_group)
 
     def annotate(self, **metrics: float) -> None:
