@@ -265,7 +265,7 @@ def test_evidence_needs_two_windows_and_doubles_its_step():
         offset = d.offsets["lr"]
     assert [round(d.velocity["lr"], 4) for d in ds[:2]] == [round(math.sqrt(3), 4), round(math.sqrt(6), 4)]
     offsets = [d.offsets["lr"] for d in ds]
-    assert offsets == pytest.approx([0.0, 0.25, 0.75, 1.75, 2.75])  # 0.25, 0.5, 1.0, then max_step 1.0
+    assert offsets == pytest.approx([0.0, 0.25, 0.75, 1.25, 1.75])  # 0.25, then max_step 0.5
     assert [d.acted for d in ds] == [False, True, True, True, True]
 
 
