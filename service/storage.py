@@ -23,13 +23,13 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    or_,
     select,
     update,
 )
 from sqlalchemy.engine import Engine
 
-TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
-STATUSES = ("PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED")
+from hdet_ray.spec import STATUSES, TERMINAL  # the one job-status enum is hdet_ray.spec.JobStatus
 
 metadata = MetaData()
 
@@ -157,7 +157,7 @@ class Store:
         return {s: 0 for s in STATUSES} | {s: n for s, n in rows}
 
     def set_status(self, job_id: str, status: str, message: str | None = None) -> bool:
-        """Returns True when the status changed."""
+        """Returns True when the status (or, if given, the message) changed."""
         t = now()
         values: dict[str, Any] = {"status": status, "updated_at": t}
         if message is not None:
@@ -165,7 +165,10 @@ class Store:
         if status in TERMINAL:
             values["finished_at"] = t
         with self._write, self.engine.begin() as c:
-            n = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status != status).values(**values))
+            changed = jobs.c.status != status
+            if message is not None:
+                changed = or_(changed, jobs.c.message != values["message"])
+            n = c.execute(update(jobs).where(jobs.c.id == job_id, changed).values(**values))
         return n.rowcount > 0
 
     # windows

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 from hdet_ray.promotion.cells import validate_cells
 from hdet_ray.promotion.protocol import Study, StudyError
-from hdet_ray.tasks import TASKS
+from hdet_ray.spec import check_label
 from service.backends import JobBackend, UnknownJob
 from service.jobs import _SUBMIT_GRACE_S, _age_s
 from service.storage import STATUSES, TERMINAL, now
@@ -83,6 +83,12 @@ class StudyRow:
 def check_study(study: Study, executor: str) -> None:
     """What the service adds to the study's own validation: a bounded size, registered tasks only (the
     API never runs code it is sent), no service-owned fields, and every cell's job spec valid."""
+    from hdet_ray.tasks import TASKS
+
+    try:
+        check_label(study.name)
+    except ValueError as e:
+        raise StudyRejected(["body", "name"], str(e)) from None
     cells = sum(len(study.candidates) * len(s.seeds) * max(1, len(s.hosts)) for s in study.stages)
     if cells > MAX_CELLS:
         raise StudyRejected(["body", "stages"], f"the study declares {cells} cells (candidates x seeds x hosts "

@@ -17,7 +17,7 @@ from service.storage import Job
 COOKIE = "hdet_token"
 bearer = HTTPBearer(auto_error=False, description="The service's API token (HDET_TOKEN).")
 ingest_bearer = HTTPBearer(auto_error=False, scheme_name="IngestToken",
-                           description="The job's own ingest token (set in spec.service.token).")
+                           description="The job's own ingest token (in the file spec.service.token_file).")
 
 
 @dataclass
