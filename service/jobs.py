@@ -52,6 +52,16 @@ class HeadDown(RuntimeError):
     """The Ray cluster does not answer: new jobs get 503 instead of being recorded as failed."""
 
 
+def check_task(task: str, options: dict[str, Any]) -> None:
+    """ValueError unless the registered `task` builds with `options` (cheap: no data is loaded)."""
+    from hdet_ray.tasks import make_task
+
+    try:
+        make_task(task, **options)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"task_options: {e}") from None
+
+
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -65,7 +75,12 @@ class JobService:
         self._down_since: float | None = None
 
     def check_fits(self, spec: JobSpec) -> None:
-        """Refuse a spec that can never be scheduled on a fixed-size cluster (one CPU per replica)."""
+        """Refuse a spec that can never run: a task that does not build with its options, or more replicas
+        than a fixed-size cluster has CPUs (one CPU per replica)."""
+        try:
+            check_task(spec.task, spec.task_options)
+        except ValueError as e:
+            raise Rejected(["body", "task_options"], str(e)) from None
         cpus = self.backend.capacity()
         if cpus is not None and spec.replicas > cpus:
             raise Rejected(["body", "replicas"], f"replicas: {spec.replicas} replicas need {spec.replicas} CPUs "

@@ -21,9 +21,10 @@ from typing import Any
 from sqlalchemy import Column, MetaData, String, Table, Text, func, select, update
 from sqlalchemy.engine import Engine
 
-from hdet_ray.promotion.cells import validate_cells
+from hdet_ray.promotion.cells import stage_cells, validate_cells
 from hdet_ray.promotion.protocol import Study, StudyError
 from hdet_ray.spec import check_label
+from service.jobs import check_task
 from service.backends import JobBackend, UnknownJob
 from service.jobs import _SUBMIT_GRACE_S, _age_s
 from service.storage import STATUSES, TERMINAL, now
@@ -109,6 +110,15 @@ def check_study(study: Study, executor: str) -> None:
         validate_cells(study, EXECUTORS[executor])
     except StudyError as e:
         raise StudyRejected(["body"], str(e)) from None
+    names = [c.name for c in study.candidates]
+    for k in range(len(study.stages)):  # every cell's task builds with its options, before anything runs
+        for cell in stage_cells(study, k, names):
+            try:
+                check_task(cell.spec["task"], cell.spec.get("task_options") or {})
+            except ValueError as e:
+                i = names.index(cell.candidate)
+                raise StudyRejected(["body", "candidates", i, "overrides", "task_options"],
+                                    f"candidate {cell.candidate!r}: {e}") from None
     if executor == "run_job":  # the runner would refuse it too, but only once the Ray job has started
         for i, stage in enumerate(study.stages):
             if stage.start == "continue" and any(c.continuable for c in study.candidates):
