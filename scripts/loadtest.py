@@ -137,10 +137,12 @@ def main() -> int:
 
 
 def _ingest_token(url, token, job):
-    """The memory backend's log is the command it would have run, which carries the job's ingest token."""
+    """The memory backend's log is the command it would have run, which names the job's token file (in
+    the data directory this script made, readable by this user only)."""
     r = httpx.get(f"{url}/v1/jobs/{job}/logs", headers={"Authorization": f"Bearer {token}"})
     words = shlex.split(r.text.split("\n", 1)[0])
-    return json.loads(words[words.index("--spec-json") + 1])["service"]["token"]
+    with open(json.loads(words[words.index("--spec-json") + 1])["service"]["token_file"]) as f:
+        return f.read().strip()
 
 
 if __name__ == "__main__":

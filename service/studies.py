@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine
 from hdet_ray.promotion.cells import stage_cells, validate_cells
 from hdet_ray.promotion.protocol import Study, StudyError
 from hdet_ray.spec import check_label
-from service.jobs import check_task
+from service.jobs import check_task, failure_reason
 from service.backends import JobBackend, UnknownJob
 from service.jobs import _SUBMIT_GRACE_S, _age_s
 from service.storage import STATUSES, TERMINAL, now
@@ -179,7 +179,7 @@ class StudyService:
             log.warning("status of study %s unavailable: %s", row.id, e)
             return row
         if status in STATUSES and status != row.status:
-            self._set_status(row.id, status, message)
+            self._set_status(row.id, status, failure_reason(message) if status == "FAILED" else message)
             return self.get(row.id) or row
         return row
 
