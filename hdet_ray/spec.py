@@ -6,6 +6,7 @@ raises `SpecError`, whose message names each bad field and its allowed range.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -17,6 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
+from hdet_ray.core.controller import ControllerConfig, make_controller
 from hdet_ray.core.health import HealthConfig
 from hdet_ray.core.hyperparams import HyperParam
 
@@ -33,7 +35,7 @@ Int = Annotated[int, Strict()]
 """An integer field: `true` or `4.0` is an error, not 1 or 4."""
 
 LABEL_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-LABEL_MAX = 64
+LABEL_MAX = 128
 
 
 def check_label(value: str, what: str = "name") -> str:
@@ -42,6 +44,23 @@ def check_label(value: str, what: str = "name") -> str:
         raise ValueError(f"{what}: {value[:80]!r} is not a valid name: use 1 to {LABEL_MAX} letters, digits, "
                          "'.', '_' or '-', starting with a letter or digit, without '..' or '/'")
     return value
+
+
+def core_default(cls: type, name: str) -> Any:
+    """The default of `cls.name`, a frozen dataclass of the core: the one place each default lives (the
+    spec repeats none, so a default changed in the core is the spec's default too)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.default
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def core_check(build) -> None:
+    """Run a core dataclass's own checks (its __post_init__) and report them as the spec's errors."""
+    try:
+        build()
+    except (ValueError, TypeError) as e:
+        raise ValueError(str(e)) from None
 
 
 def check_finite(value: Any, where: str) -> None:
@@ -116,22 +135,18 @@ class Explore(_Model):
     """One explored hyperparameter (see `hdet_ray.core.hyperparams.HyperParam`)."""
 
     name: str = Field("lr", min_length=1, max_length=64)
-    target: str = Field("lr", min_length=1, max_length=128,
+    target: str = Field(core_default(HyperParam, "target"), min_length=1, max_length=128,
                         description="'lr', 'group:<key>' or 'module:<Class>.<attr>'")
-    spread: Literal["log", "linear"] = "log"
-    size: float = Field(2.0, ge=0, le=1000, description="log: factor >= 1; linear: alpha in [0, 1)")
-    scale: Literal["log", "linear"] = "log"
+    spread: Literal["log", "linear"] = core_default(HyperParam, "spread")
+    size: float = Field(core_default(HyperParam, "size"), ge=0, le=1000,
+                        description="log: factor >= 1; linear: alpha in [0, 1)")
+    scale: Literal["log", "linear"] = core_default(HyperParam, "scale")
     bounds: tuple[float, float] | None = None
-    groups: list[int] | None = None
+    groups: list[Int] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Explore:
-        if self.spread == "log" and self.size < 1:
-            raise ValueError(f"size: a log spread's factor must be >= 1 (got {self.size}); 1 means no spread")
-        if self.spread == "linear" and not self.size < 1:
-            raise ValueError(f"size: a linear spread's alpha must be in [0, 1) (got {self.size})")
-        if self.bounds is not None and self.bounds[0] > self.bounds[1]:
-            raise ValueError(f"bounds: low must be <= high (got {self.bounds})")
+        core_check(self.to_hyperparam)
         return self
 
     def to_hyperparam(self) -> HyperParam:
@@ -142,12 +157,12 @@ class Explore(_Model):
 
 class ControllerSpec(_Model):
     name: Literal["slope", "paper", "hold"] = "slope"
-    warmup_steps: Int = Field(0, ge=0)
-    freeze_after: float | None = Field(None, ge=0, le=1)
-    converge: Literal["mean", "fitness", "best"] = "mean"
-    rollback_cut: float = Field(0.5, gt=0, lt=1)
-    max_rollbacks: Int = Field(3, ge=0, le=100)
-    opening_step_down: Int = Field(1, ge=0, le=16)
+    warmup_steps: Int = Field(core_default(ControllerConfig, "warmup_steps"), ge=0)
+    freeze_after: float | None = Field(core_default(ControllerConfig, "freeze_after"), ge=0, le=1)
+    converge: Literal["mean", "fitness", "best"] = core_default(ControllerConfig, "converge")
+    rollback_cut: float = Field(core_default(ControllerConfig, "rollback_cut"), gt=0, lt=1)
+    max_rollbacks: Int = Field(core_default(ControllerConfig, "max_rollbacks"), ge=0, le=100)
+    opening_step_down: Int = Field(core_default(ControllerConfig, "opening_step_down"), ge=0, le=16)
     momentum: float | None = Field(None, ge=0, lt=1)
     step_size: float | None = Field(None, ge=0)
     clip: float | None = Field(None, gt=0)
@@ -162,6 +177,7 @@ class ControllerSpec(_Model):
             raise ValueError("temperature is a setting of the 'paper' controller only")
         if self.name == "hold" and (self.momentum is not None or self.step_size is not None):
             raise ValueError("the 'hold' controller takes no momentum or step_size")
+        core_check(lambda: make_controller(self.name, **self.settings()))
         return self
 
     def settings(self) -> dict[str, Any]:
@@ -169,11 +185,13 @@ class ControllerSpec(_Model):
 
 
 class Health(_Model):
-    blowup_factor: float = Field(2.0, gt=1)
+    """`hdet_ray.core.health.HealthConfig`, except that the chance loss defaults to the task's own."""
+
+    blowup_factor: float = Field(core_default(HealthConfig, "blowup_factor"), gt=1)
     chance_loss: float | Literal["auto"] | None = Field(
         "auto", description="'auto': the task's chance loss; null: no chance check")
-    chance_tolerance: float = Field(0.03, ge=0, lt=1)
-    chance_margin: float = Field(0.1, ge=0, lt=1)
+    chance_tolerance: float = Field(core_default(HealthConfig, "chance_tolerance"), ge=0, lt=1)
+    chance_margin: float = Field(core_default(HealthConfig, "chance_margin"), ge=0, lt=1)
 
     @field_validator("chance_loss")
     @classmethod
@@ -215,7 +233,7 @@ class JobSpec(Document):
     _what: ClassVar[str] = "job spec"
 
     name: str | None = Field(None, description="A label for people (the run's folder under storage_path); "
-                             "letters, digits, '.', '_', '-', at most 64.")
+                             "letters, digits, '.', '_', '-', at most 128.")
     task: str = Field("digits", min_length=1, max_length=256,
                       description="A registered task ('digits', 'bytelm') or 'module:function'.")
     task_options: dict[str, Any] = Field(default_factory=dict)

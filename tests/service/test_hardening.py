@@ -38,7 +38,7 @@ def post_raw(c: httpx.Client, url: str, text: str) -> httpx.Response:
     ('{"name": "../../../escape"}', "name"),
     ('{"name": "a/b"}', "name"),
     ('{"name": ".."}', "name"),
-    ('{"name": "' + "x" * 65 + '"}', "name"),
+    ('{"name": "' + "x" * 129 + '"}', "name"),
 ])
 def test_bad_spec_is_422_naming_the_field(memory_server, text, field):
     with memory_server.client() as c:
