@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
-
 import math
+import sys
 
 import anyio
 from fastapi import FastAPI, Request
@@ -27,6 +26,7 @@ from service.metrics import BodyLimitMiddleware, Metrics, TimingMiddleware
 from service.ray_head import EmbeddedHead
 from service.settings import Settings
 from service.storage import Store
+from service.studies import StudyService
 
 log = logging.getLogger("hdet.service")
 
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None, backend: JobBackend | None = No
         service = JobService(settings, store, chosen, broker, metrics)
         app.state.hdet = State(settings=settings, token=token, jobs=service, metrics=metrics, backend_name=name)
         app.state.ray_head = head
+        app.state.studies = StudyService(store, chosen, settings.data_dir)
         follower = asyncio.create_task(service.follow())
         try:
             yield

@@ -13,21 +13,18 @@ import json
 import logging
 import secrets
 import shlex
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, MetaData, String, Table, Text, func, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy import func, select, update
 
 from hdet_ray.promotion.cells import stage_cells, validate_cells
 from hdet_ray.promotion.protocol import Study, StudyError
 from hdet_ray.spec import check_label
-from service.jobs import check_task, failure_reason
 from service.backends import JobBackend, UnknownJob
-from service.jobs import _SUBMIT_GRACE_S, _age_s
-from service.storage import STATUSES, TERMINAL, now
+from service.jobs import _SUBMIT_GRACE_S, _age_s, check_task, failure_reason
+from service.storage import STATUSES, TERMINAL, Store, now, studies
 
 log = logging.getLogger("hdet.service")
 
@@ -40,21 +37,6 @@ MAX_STUDY_CHARS = 64 * 1024
 """The study travels inline on the Ray job's command line; one argument must stay well under 128 KiB."""
 # Fields the service or the runner sets; a study sent over HTTP may not.
 _RESERVED = ("service", "storage_path")
-
-metadata = MetaData()
-studies = Table(
-    "studies", metadata,
-    Column("id", String(64), primary_key=True),
-    Column("name", String(64), nullable=False),
-    Column("status", String(16), nullable=False, index=True),
-    Column("message", Text, nullable=False, default=""),
-    Column("executor", String(16), nullable=False),
-    Column("definition", Text, nullable=False),
-    Column("created_at", String(32), nullable=False),
-    Column("updated_at", String(32), nullable=False),
-    Column("finished_at", String(32)),
-)
-
 
 class StudyRejected(ValueError):
     """A study the service will not run; `loc` is the field's path in the request body."""
@@ -127,13 +109,13 @@ def check_study(study: Study, executor: str) -> None:
 
 
 class StudyService:
-    """Studies in the service's database (table `studies`, beside the jobs) and on the backend."""
+    """Studies in the service's database (table `studies` of `service.storage`, beside the jobs: one schema,
+    one migration, one write lock) and on the backend."""
 
-    def __init__(self, engine: Engine, backend: JobBackend, data_dir: Path, entrypoint: str = ENTRYPOINT) -> None:
-        self.engine, self.backend, self.entrypoint = engine, backend, entrypoint
+    def __init__(self, store: Store, backend: JobBackend, data_dir: Path, entrypoint: str = ENTRYPOINT) -> None:
+        self.engine, self.backend, self.entrypoint = store.engine, backend, entrypoint
         self.root = data_dir.resolve() / "studies"
-        self._write = threading.Lock()
-        metadata.create_all(engine)
+        self._write = store.write_lock
 
     def submit(self, study: Study, executor: str) -> StudyRow:
         check_study(study, executor)

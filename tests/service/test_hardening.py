@@ -180,3 +180,11 @@ def test_failure_reason_is_the_cause_not_the_command():
 def test_request_models_import_no_torch():
     code = "import sys, service.models; assert 'torch' not in sys.modules, 'torch loaded'"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ})
+
+
+def test_studies_share_the_jobs_database_and_its_lock(memory_server):
+    from sqlalchemy import inspect
+
+    studies, store = memory_server.app.state.studies, memory_server.app.state.hdet.jobs.store
+    assert studies.engine is store.engine and studies._write is store.write_lock
+    assert {"jobs", "windows", "studies", "schema_version"} <= set(inspect(store.engine).get_table_names())

@@ -53,7 +53,7 @@ def test_restart_mid_job_loses_nothing(tmp_path):
         job_id = client.post("/v1/jobs", json=JOB).json()["id"]
         head = json.loads((data_dir / "ray-head.json").read_text())
         for signum, windows in ((signal.SIGTERM, 2), (signal.SIGKILL, 4)):
-            wait_for(lambda n=windows: client.get(f"/v1/jobs/{job_id}").json()["progress"]["windows"] >= n, 300,
+            wait_for(lambda n=windows, c=client: c.get(f"/v1/jobs/{job_id}").json()["progress"]["windows"] >= n, 300,
                      f"{windows} windows before the {signum.name}")
             proc.send_signal(signum)
             proc.wait(timeout=60)
