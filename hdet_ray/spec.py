@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import shlex
 from enum import Enum
@@ -209,21 +210,30 @@ class Health(_Model):
 class ServiceLink(_Model):
     """Where the controller actor pushes trajectory records (set by the service when it submits).
 
-    The ingest token is a secret: the service passes `token_file` (a file only the job's user can read)
-    so that the token never appears on the job's command line, in `ray job list` or in its logs."""
+    The ingest token is a secret: the service passes `token_file` (a file only the job's user can read;
+    the embedded head shares the service's disk) or `token_env` (an environment variable of the job, for a
+    cluster of its own), so that the token never appears on the job's command line or in its logs."""
 
     url: str = Field(..., min_length=1, max_length=2048)
     job_id: str = Field(..., min_length=1, max_length=128)
     token: str | None = Field(None, min_length=1, max_length=512, description="The token itself.")
     token_file: str | None = Field(None, min_length=1, max_length=4096, description="A file holding it.")
+    token_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]{0,127}$",
+                                  description="An environment variable holding it.")
 
     @model_validator(mode="after")
     def _one_token(self) -> ServiceLink:
-        if (self.token is None) == (self.token_file is None):
-            raise ValueError("service: give exactly one of token or token_file")
+        given = [k for k in ("token", "token_file", "token_env") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"service: give exactly one of token, token_file or token_env (got {given})")
         return self
 
     def read_token(self) -> str:
+        if self.token_env is not None:
+            token = os.environ.get(self.token_env)
+            if not token:
+                raise ValueError(f"service.token_env: the environment has no {self.token_env}")
+            return token
         return self.token if self.token is not None else Path(self.token_file).read_text().strip()
 
 

@@ -18,7 +18,8 @@ class UnknownJob(LookupError):
 
 
 class JobBackend(Protocol):
-    def submit(self, job_id: str, entrypoint: str) -> None: ...
+    def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
+        """Start `entrypoint` as job `job_id`, with `env` added to its environment."""
     def status(self, job_id: str) -> tuple[str, str]:
         """(status, message); status is one of storage.STATUSES. Raises UnknownJob."""
     def stop(self, job_id: str) -> None: ...
@@ -60,8 +61,9 @@ class RayJobs:
         except (OSError, urllib.error.URLError):
             return False
 
-    def submit(self, job_id: str, entrypoint: str) -> None:
+    def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
         self.client.submit_job(entrypoint=entrypoint, submission_id=job_id,
+                               runtime_env={"env_vars": env} if env else None,
                                metadata={"submitted_by": "hdet-service"})
 
     def status(self, job_id: str) -> tuple[str, str]:
@@ -95,6 +97,7 @@ class MemoryJobs:
     def __init__(self, cpus: int | None = None) -> None:
         self._jobs: dict[str, str] = {}
         self.entrypoints: dict[str, str] = {}
+        self.envs: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         self.cpus = cpus
         self.up = True
@@ -108,10 +111,11 @@ class MemoryJobs:
     def gone(self) -> bool:
         return not self.up
 
-    def submit(self, job_id: str, entrypoint: str) -> None:
+    def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
         with self._lock:
             self._jobs[job_id] = "RUNNING"
             self.entrypoints[job_id] = entrypoint
+            self.envs[job_id] = dict(env or {})
 
     def status(self, job_id: str) -> tuple[str, str]:
         with self._lock:

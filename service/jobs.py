@@ -6,7 +6,9 @@ service restart, or when a push was lost). Status comes from the backend, polled
 
 A job is identified by its id everywhere (its run folder `runs/<id>`, its Ray submission id, its
 controller actor); its name is only a label. Its ingest token lives in `runs/<id>/ingest-token` (mode
-0600) and only its hash in the database, so it is in no command line, log, message or job list.
+0600) and only its hash in the database; the job gets that file's path, or, on a cluster that does not
+share the data directory (RAY_ADDRESS), the token in its environment (`HDET_INGEST_TOKEN`, through the
+Ray Jobs API's runtime_env). So it is in no command line, log, message or file others may read.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ _SUBMIT_GRACE_S = 60.0
 LOST_AFTER_S = 15.0
 """A head that stops answering for this long is gone: its jobs are marked lost (FAILED, with the reason)."""
 TOKEN_FILE = "ingest-token"
+TOKEN_ENV = "HDET_INGEST_TOKEN"
 
 
 class Rejected(ValueError):
@@ -95,17 +98,27 @@ class JobService:
         if not self.backend.alive():
             raise HeadDown("the Ray cluster does not answer; the job was not submitted")
         ingest_token = secrets.token_urlsafe(32)
-        token_file = write_private(run_dir / TOKEN_FILE, ingest_token)
+        token_file = write_private(run_dir / TOKEN_FILE, ingest_token)  # also how the service redacts it
         job = self.store.add_job(job_id, stored.name, stored.model_dump(mode="json"), token_hash(ingest_token),
                                  stored.total_windows)
-        run_spec = {**stored.model_dump(mode="json"),
-                    "service": {"url": public_url.rstrip("/"), "job_id": job_id, "token_file": str(token_file)}}
+        link: dict[str, Any] = {"url": public_url.rstrip("/"), "job_id": job_id}
+        env = None
+        if self.token_via() == "env":
+            link["token_env"], env = TOKEN_ENV, {TOKEN_ENV: ingest_token}
+        else:
+            link["token_file"] = str(token_file)
+        run_spec = {**stored.model_dump(mode="json"), "service": link}
         try:
-            self.backend.submit(job_id, entrypoint(json.dumps(run_spec), self.settings.entrypoint))
+            self.backend.submit(job_id, entrypoint(json.dumps(run_spec), self.settings.entrypoint), env)
         except Exception as e:  # noqa: BLE001  the cluster refused or is unreachable: the job is recorded as failed
             log.warning("submitting %s failed: %s", job_id, e)
             self.store.set_status(job_id, "FAILED", f"submission to Ray failed: {e}")
         return self.store.get_job(job_id) or job
+
+    def token_via(self) -> str:
+        if self.settings.ingest_token_via != "auto":
+            return self.settings.ingest_token_via
+        return "env" if self.settings.ray_address and self.settings.backend == "ray" else "file"
 
     def ingest(self, job: Job, records: list[dict[str, Any]]) -> int:
         changed = self.store.upsert_windows(job.id, records)

@@ -28,6 +28,11 @@ class Settings(BaseSettings):
     ray_num_cpus: int | None = Field(None, ge=1, description=(
         "CPUs the embedded head offers (default: the machine's, at least 4; CPU workers may share cores). "
         "A job with more replicas than this is refused (422)."))
+    ingest_token_via: Literal["auto", "file", "env"] = Field("auto", description=(
+        "How a job receives its ingest token: 'file' (runs/<id>/ingest-token, mode 0600: the cluster must "
+        "share the data directory, as the embedded head does), 'env' (the job's environment, set through "
+        "the Ray Jobs API's runtime_env: visible to holders of the Ray cluster's token); 'auto': 'env' with "
+        "RAY_ADDRESS, else 'file'."))
     head_on_exit: Literal["keep-if-jobs", "stop"] = Field("keep-if-jobs", description=(
         "On shutdown, 'keep-if-jobs' leaves the embedded head running while it has unfinished jobs (the next "
         "start adopts it, so a restart loses no window); 'stop' always ends it."))

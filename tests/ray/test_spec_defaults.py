@@ -32,3 +32,15 @@ def test_core_checks_name_the_field():
         JobSpec.parse({"explore": [{"bounds": [2, 1]}]})
     with pytest.raises(SpecError, match=r"replicas: Input should be a valid integer"):
         JobSpec.parse({"replicas": True})
+
+
+def test_service_link_reads_its_token_from_exactly_one_place(tmp_path, monkeypatch):
+    from hdet_ray.spec import ServiceLink
+
+    (tmp_path / "t").write_text("from-file\n")
+    monkeypatch.setenv("HDET_T", "from-env")
+    base = {"url": "http://x", "job_id": "j"}
+    assert ServiceLink(**base, token_file=str(tmp_path / "t")).read_token() == "from-file"
+    assert ServiceLink(**base, token_env="HDET_T").read_token() == "from-env"
+    with pytest.raises(ValueError, match="exactly one of token, token_file or token_env"):
+        ServiceLink(**base, token="a", token_env="HDET_T")

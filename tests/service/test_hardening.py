@@ -141,6 +141,20 @@ def test_ingest_token_is_secret(memory_server):
     assert len(holders) == 1 and holders[0][0].endswith("ingest-token") and holders[0][1] == 0o600, holders
 
 
+def test_ingest_token_through_the_environment(tmp_path):
+    """For a cluster that does not share the data directory the token travels in the job's environment."""
+    backend = MemoryJobs()
+    server = start_server(Settings(token=TOKEN, data_dir=tmp_path, ingest_token_via="env"), backend)
+    try:
+        with server.client() as c:
+            job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
+        token = (tmp_path / "runs" / job_id / "ingest-token").read_text()
+        assert backend.envs[job_id] == {"HDET_INGEST_TOKEN": token} and token not in backend.entrypoints[job_id]
+        assert '"token_env": "HDET_INGEST_TOKEN"' in backend.entrypoints[job_id]
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def small_cluster(tmp_path):
     backend = MemoryJobs(cpus=2)
