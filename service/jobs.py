@@ -139,8 +139,11 @@ class JobService:
         except UnknownJob:
             if _age_s(job) < _SUBMIT_GRACE_S:  # polled between our insert and Ray's accepting it
                 return
-            status, message = "FAILED", ("lost: the Ray cluster has no record of this job (the head it ran on "
-                                         "was replaced); its stored windows are kept")
+            if any((self.runs_dir / job.id).glob("*/summary.json")):  # written last, when the run finished
+                status, message = "SUCCEEDED", "the run finished (summary.json); the Ray cluster no longer knows it"
+            else:
+                status, message = "FAILED", ("lost: the Ray cluster has no record of this job (the head it ran "
+                                             "on was replaced); its stored windows are kept")
         if status not in STATUSES:
             return
         if status in TERMINAL and status != job.status:

@@ -202,3 +202,29 @@ def test_studies_share_the_jobs_database_and_its_lock(memory_server):
     studies, store = memory_server.app.state.studies, memory_server.app.state.hdet.jobs.store
     assert studies.engine is store.engine and studies._write is store.write_lock
     assert {"jobs", "windows", "studies", "schema_version"} <= set(inspect(store.engine).get_table_names())
+
+
+def test_job_the_cluster_forgot_is_lost_unless_its_run_finished(memory_server):
+    from sqlalchemy import update
+
+    from service.storage import jobs as jobs_table
+
+    service = memory_server.app.state.hdet.jobs
+    with memory_server.client() as c:
+        done, lost = (c.post("/v1/jobs", json=SPEC).json()["id"] for _ in range(2))
+    (service.runs_dir / done / "t").mkdir(parents=True)
+    (service.runs_dir / done / "t" / "summary.json").write_text("{}")
+    with service.store.write_lock, service.store.engine.begin() as conn:  # submitted long ago, then forgotten
+        conn.execute(update(jobs_table).where(jobs_table.c.id.in_([done, lost]))
+                     .values(created_at="2020-01-01T00:00:00.000+00:00"))
+    for job_id in (done, lost):
+        del memory_server.backend._jobs[job_id]
+    with memory_server.client() as c:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            got = {j: c.get(f"/v1/jobs/{j}").json() for j in (done, lost)}
+            if all(g["finished_at"] for g in got.values()):
+                break
+            time.sleep(0.2)
+    assert got[done]["status"] == "SUCCEEDED" and "summary.json" in got[done]["message"], got[done]
+    assert got[lost]["status"] == "FAILED" and got[lost]["message"].startswith("lost:"), got[lost]
