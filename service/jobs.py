@@ -37,7 +37,7 @@ from service.storage import STATUSES, TERMINAL, Job, Store
 
 log = logging.getLogger("hdet.service")
 _SUBMIT_GRACE_S = 60.0
-LOST_AFTER_S = 15.0
+LOST_AFTER_S = 60.0
 """A head that stops answering for this long is gone: its jobs are marked lost (FAILED, with the reason)."""
 TOKEN_FILE = "ingest-token"
 TOKEN_ENV = "HDET_INGEST_TOKEN"
