@@ -83,4 +83,4 @@ def errors(*codes: int) -> dict[int | str, dict]:
 
 
 _REASONS = {400: "Malformed body", 401: "No token", 403: "Wrong token", 404: "No such job",
-            409: "The job already ended", 413: "Body too large", 502: "Ray failed"}
+            409: "The job already ended", 413: "Body too large", 502: "Ray failed", 503: "Ray is down"}

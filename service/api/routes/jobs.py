@@ -36,7 +36,7 @@ def public(state, job: Job) -> JobPublic:
         finished_at=job.finished_at, links=links(job.id))
 
 
-@router.post("", status_code=201, response_model=JobCreated, responses=errors(400, 413, 422, 503))
+@router.post("", status_code=201, response_model=JobCreated, responses=errors(400, 413, 503))
 def create_job(body: JobCreate, request: Request, state: StateDep) -> JobCreated:
     """Submit a job spec. It runs on Ray as `python -m hdet_ray run --spec-json ...`. A spec that
     could never be scheduled on the cluster (more replicas than a fixed-size cluster has CPUs) is a 422

@@ -79,7 +79,7 @@ async def _events(state, job_id: str, seq: int, max_seconds: float | None):
                 yield ": keepalive\n\n"
 
 
-@router.post("/{job_id}/ingest", response_model=IngestResult, responses=errors(400, 409, 413, 422))
+@router.post("/{job_id}/ingest", response_model=IngestResult, responses=errors(400, 409, 413))
 def ingest_records(body: IngestBatch, job: IngestJob, state: StateDep) -> IngestResult:
     """Where the job's controller actor pushes window records (its own bearer token). Idempotent:
     a record replaces the stored one of the same window while the job runs (a window re-run after a
