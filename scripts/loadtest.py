@@ -128,7 +128,8 @@ def main() -> int:
                     break
             except httpx.TransportError:
                 time.sleep(0.2)
-        job = httpx.post(url + "/v1/jobs", json=spec, headers={"Authorization": f"Bearer {token}"}).json()["id"]
+        job = httpx.post(url + "/v1/jobs", json=spec, headers={"Authorization": f"Bearer {token}"},
+                         timeout=60).json()["id"]
         ingest_token = _ingest_token(url, token, job)
         return asyncio.run(run(args, url, token, job, ingest_token, spec))
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import math
 import sys
@@ -44,6 +45,8 @@ def create_app(settings: Settings | None = None, backend: JobBackend | None = No
             print(f"hdet: generated the API token (shown once; kept in {settings.data_dir / 'token'}):\n"
                   f"  {token}", file=sys.stderr, flush=True)
         store = await anyio.to_thread.run_sync(Store, settings.db_url)
+        # The task registry (and torch) is loaded now, not by the first submission's request.
+        await anyio.to_thread.run_sync(importlib.import_module, "hdet_ray.tasks")
         head = None
         chosen, name = backend, "custom"
         if chosen is None and settings.backend == "memory":
