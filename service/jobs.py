@@ -101,6 +101,7 @@ class JobService:
         token_file = write_private(run_dir / TOKEN_FILE, ingest_token)  # also how the service redacts it
         job = self.store.add_job(job_id, stored.name, stored.model_dump(mode="json"), token_hash(ingest_token),
                                  stored.total_windows)
+        self.store.set_status(job_id, "PENDING", self.waiting_reason(job))
         link: dict[str, Any] = {"url": public_url.rstrip("/"), "job_id": job_id}
         env = None
         if self.token_via() == "env":

@@ -112,8 +112,7 @@ def test_metrics_count_500s(memory_server):
 def test_pending_with_reason_until_the_first_window(memory_server):
     with memory_server.client() as c:
         job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
-        time.sleep(1)  # a few polls
-        job = c.get(f"/v1/jobs/{job_id}").json()
+        job = c.get(f"/v1/jobs/{job_id}").json()  # the reason is there from the submission on
         assert job["status"] == "PENDING" and job["message"].startswith("waiting for 3 CPUs"), job
     with memory_server.client(token=ingest_token(memory_server, job_id)) as c:
         c.post(f"/v1/jobs/{job_id}/ingest", json={"records": records([0])})

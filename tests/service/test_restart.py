@@ -21,7 +21,7 @@ from service.ray_head import free_port
 from tests.service.conftest import TOKEN
 from tests.service.test_e2e_ray import REAL_ENTRY, STANDIN, entrypoint, wait_for
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 JOB = {"name": "restart", "task": "digits", "replicas": 2, "steps": 300, "sync_every": 20, "seed": 2}
 
 
