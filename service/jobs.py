@@ -237,9 +237,7 @@ _RAY_PREFIX = re.compile(r"^Job entrypoint command failed with exit code (-?\d+)
 def failure_reason(message: str, secrets_: list[str] = ()) -> str:
     """The cause of a failed job in a line or a few: the entrypoint's own `hdet run: ...` line when it
     wrote one, else the end of what Ray kept (never the command line), with any secret blanked."""
-    for s in secrets_:
-        if s:
-            message = message.replace(s, "[secret]")
+    message = redact(message, secrets_)
     ours = _OUR_LINE.findall(message)
     code = _RAY_PREFIX.match(message)
     if ours:
