@@ -11,16 +11,49 @@ so `hdet run` needs no FastAPI and `import hdet_ray` needs no Ray.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from collections.abc import Callable
+from types import ModuleType
 
-# name -> (module, help). The module defines add_arguments(parser) and main(args) -> int.
-SUBCOMMANDS = {
-    "run": ("hdet_ray.ray.entry", "run an HDET job spec on Ray"),
-    "submit": ("hdet_ray.ray.submit", "submit a job spec to a Ray cluster (ray job submit)"),
-    "serve": ("service.cli", "start the REST service and dashboard"),
-    "demo": ("service.demo", "start the service with embedded Ray and run a demo job"),
-    "promote": ("hdet_ray.promotion.cli", "run a staged-promotion study"),
+
+def _run() -> ModuleType:
+    from hdet_ray.ray import entry
+
+    return entry
+
+
+def _submit() -> ModuleType:
+    from hdet_ray.ray import submit
+
+    return submit
+
+
+def _promote() -> ModuleType:
+    from hdet_ray.promotion import cli
+
+    return cli
+
+
+def _serve() -> ModuleType:
+    # The one place hdet_ray reaches the service package (installed beside it): when the user asks for it.
+    from service import cli
+
+    return cli
+
+
+def _demo() -> ModuleType:
+    from service import demo
+
+    return demo
+
+
+# name -> (loader, help). The loaded module defines add_arguments(parser) and main(args) -> int.
+SUBCOMMANDS: dict[str, tuple[Callable[[], ModuleType], str]] = {
+    "run": (_run, "run an HDET job spec on Ray"),
+    "submit": (_submit, "submit a job spec to a Ray cluster (ray job submit)"),
+    "serve": (_serve, "start the REST service and dashboard"),
+    "demo": (_demo, "start the service with embedded Ray and run a demo job"),
+    "promote": (_promote, "run a staged-promotion study"),
 }
 
 
@@ -34,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help() if (not argv or argv[0] in ("-h", "--help")) else parser.parse_args(argv)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     name = argv[0]
-    module = importlib.import_module(SUBCOMMANDS[name][0])
+    module = SUBCOMMANDS[name][0]()
     cmd = argparse.ArgumentParser(prog=f"hdet {name}", description=SUBCOMMANDS[name][1])
     module.add_arguments(cmd)
     return int(module.main(cmd.parse_args(argv[1:])) or 0)

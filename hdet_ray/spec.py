@@ -6,14 +6,20 @@ raises `SpecError`, whose message names each bad field and its allowed range.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
+import re
+import shlex
+from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
+from hdet_ray.core.controller import ControllerConfig, make_controller
 from hdet_ray.core.health import HealthConfig
 from hdet_ray.core.hyperparams import HyperParam
 
@@ -26,8 +32,53 @@ class SpecError(ValueError):
         self.errors = errors or []
 
 
+Int = Annotated[int, Strict()]
+"""An integer field: `true` or `4.0` is an error, not 1 or 4."""
+
+LABEL_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+LABEL_MAX = 128
+
+
+def check_label(value: str, what: str = "name") -> str:
+    """A name is a label, never a path: letters, digits, '.', '_', '-', no '..', at most LABEL_MAX chars."""
+    if not (0 < len(value) <= LABEL_MAX and LABEL_CHARS.fullmatch(value) and ".." not in value):
+        raise ValueError(f"{what}: {value[:80]!r} is not a valid name: use 1 to {LABEL_MAX} letters, digits, "
+                         "'.', '_' or '-', starting with a letter or digit, without '..' or '/'")
+    return value
+
+
+def core_default(cls: type, name: str) -> Any:
+    """The default of `cls.name`, a frozen dataclass of the core: the one place each default lives (the
+    spec repeats none, so a default changed in the core is the spec's default too)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.default
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def core_check(build) -> None:
+    """Run a core dataclass's own checks (its __post_init__) and report them as the spec's errors."""
+    try:
+        build()
+    except (ValueError, TypeError) as e:
+        raise ValueError(str(e)) from None
+
+
+def check_finite(value: Any, where: str) -> None:
+    """Raise ValueError naming the first NaN or infinite number anywhere inside `value` (JSON-like data)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: {value} is not a finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_finite(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_finite(v, f"{where}[{i}]")
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Finite numbers only: NaN or an overflowed 1e400 would reach the schedule or the database otherwise.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Document(_Model):
@@ -85,22 +136,18 @@ class Explore(_Model):
     """One explored hyperparameter (see `hdet_ray.core.hyperparams.HyperParam`)."""
 
     name: str = Field("lr", min_length=1, max_length=64)
-    target: str = Field("lr", min_length=1, max_length=128,
+    target: str = Field(core_default(HyperParam, "target"), min_length=1, max_length=128,
                         description="'lr', 'group:<key>' or 'module:<Class>.<attr>'")
-    spread: Literal["log", "linear"] = "log"
-    size: float = Field(2.0, ge=0, le=1000, description="log: factor >= 1; linear: alpha in [0, 1)")
-    scale: Literal["log", "linear"] = "log"
+    spread: Literal["log", "linear"] = core_default(HyperParam, "spread")
+    size: float = Field(core_default(HyperParam, "size"), ge=0, le=1000,
+                        description="log: factor >= 1; linear: alpha in [0, 1)")
+    scale: Literal["log", "linear"] = core_default(HyperParam, "scale")
     bounds: tuple[float, float] | None = None
-    groups: list[int] | None = None
+    groups: list[Int] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Explore:
-        if self.spread == "log" and self.size < 1:
-            raise ValueError(f"size: a log spread's factor must be >= 1 (got {self.size}); 1 means no spread")
-        if self.spread == "linear" and not self.size < 1:
-            raise ValueError(f"size: a linear spread's alpha must be in [0, 1) (got {self.size})")
-        if self.bounds is not None and self.bounds[0] > self.bounds[1]:
-            raise ValueError(f"bounds: low must be <= high (got {self.bounds})")
+        core_check(self.to_hyperparam)
         return self
 
     def to_hyperparam(self) -> HyperParam:
@@ -111,16 +158,16 @@ class Explore(_Model):
 
 class ControllerSpec(_Model):
     name: Literal["slope", "paper", "hold"] = "slope"
-    warmup_steps: int = Field(0, ge=0)
-    freeze_after: float | None = Field(None, ge=0, le=1)
-    converge: Literal["mean", "fitness", "best"] = "mean"
-    rollback_cut: float = Field(0.5, gt=0, lt=1)
-    max_rollbacks: int = Field(3, ge=0, le=100)
-    opening_step_down: int = Field(1, ge=0, le=16)
+    warmup_steps: Int = Field(core_default(ControllerConfig, "warmup_steps"), ge=0)
+    freeze_after: float | None = Field(core_default(ControllerConfig, "freeze_after"), ge=0, le=1)
+    converge: Literal["mean", "fitness", "best"] = core_default(ControllerConfig, "converge")
+    rollback_cut: float = Field(core_default(ControllerConfig, "rollback_cut"), gt=0, lt=1)
+    max_rollbacks: Int = Field(core_default(ControllerConfig, "max_rollbacks"), ge=0, le=100)
+    opening_step_down: Int = Field(core_default(ControllerConfig, "opening_step_down"), ge=0, le=16)
     momentum: float | None = Field(None, ge=0, lt=1)
     step_size: float | None = Field(None, ge=0)
     clip: float | None = Field(None, gt=0)
-    trust_windows: int | None = Field(None, ge=1, le=100)
+    trust_windows: Int | None = Field(None, ge=1, le=100)
     temperature: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
@@ -131,6 +178,7 @@ class ControllerSpec(_Model):
             raise ValueError("temperature is a setting of the 'paper' controller only")
         if self.name == "hold" and (self.momentum is not None or self.step_size is not None):
             raise ValueError("the 'hold' controller takes no momentum or step_size")
+        core_check(lambda: make_controller(self.name, **self.settings()))
         return self
 
     def settings(self) -> dict[str, Any]:
@@ -138,11 +186,13 @@ class ControllerSpec(_Model):
 
 
 class Health(_Model):
-    blowup_factor: float = Field(2.0, gt=1)
+    """`hdet_ray.core.health.HealthConfig`, except that the chance loss defaults to the task's own."""
+
+    blowup_factor: float = Field(core_default(HealthConfig, "blowup_factor"), gt=1)
     chance_loss: float | Literal["auto"] | None = Field(
         "auto", description="'auto': the task's chance loss; null: no chance check")
-    chance_tolerance: float = Field(0.03, ge=0, lt=1)
-    chance_margin: float = Field(0.1, ge=0, lt=1)
+    chance_tolerance: float = Field(core_default(HealthConfig, "chance_tolerance"), ge=0, lt=1)
+    chance_margin: float = Field(core_default(HealthConfig, "chance_margin"), ge=0, lt=1)
 
     @field_validator("chance_loss")
     @classmethod
@@ -158,11 +208,33 @@ class Health(_Model):
 
 
 class ServiceLink(_Model):
-    """Where the controller actor pushes trajectory records (set by the service when it submits)."""
+    """Where the controller actor pushes trajectory records (set by the service when it submits).
+
+    The ingest token is a secret: the service passes `token_file` (a file only the job's user can read;
+    the embedded head shares the service's disk) or `token_env` (an environment variable of the job, for a
+    cluster of its own), so that the token never appears on the job's command line or in its logs."""
 
     url: str = Field(..., min_length=1, max_length=2048)
     job_id: str = Field(..., min_length=1, max_length=128)
-    token: str = Field(..., min_length=1, max_length=512)
+    token: str | None = Field(None, min_length=1, max_length=512, description="The token itself.")
+    token_file: str | None = Field(None, min_length=1, max_length=4096, description="A file holding it.")
+    token_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]{0,127}$",
+                                  description="An environment variable holding it.")
+
+    @model_validator(mode="after")
+    def _one_token(self) -> ServiceLink:
+        given = [k for k in ("token", "token_file", "token_env") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"service: give exactly one of token, token_file or token_env (got {given})")
+        return self
+
+    def read_token(self) -> str:
+        if self.token_env is not None:
+            token = os.environ.get(self.token_env)
+            if not token:
+                raise ValueError(f"service.token_env: the environment has no {self.token_env}")
+            return token
+        return self.token if self.token is not None else Path(self.token_file).read_text().strip()
 
 
 class JobSpec(Document):
@@ -170,14 +242,15 @@ class JobSpec(Document):
 
     _what: ClassVar[str] = "job spec"
 
-    name: str | None = Field(None, max_length=128)
+    name: str | None = Field(None, description="A label for people (the run's folder under storage_path); "
+                             "letters, digits, '.', '_', '-', at most 128.")
     task: str = Field("digits", min_length=1, max_length=256,
                       description="A registered task ('digits', 'bytelm') or 'module:function'.")
     task_options: dict[str, Any] = Field(default_factory=dict)
-    replicas: int = Field(4, ge=1, le=1024, description="N, one Ray Train worker (and rank) per replica.")
+    replicas: Int = Field(4, ge=1, le=1024, description="N, one Ray Train worker (and rank) per replica.")
     use_gpu: bool = False
-    steps: int = Field(400, ge=1, le=10_000_000, description="Optimizer steps per replica.")
-    sync_every: int = Field(25, ge=1, description="T, steps between syncs; at most `steps`.")
+    steps: Int = Field(400, ge=1, le=10_000_000, description="Optimizer steps per replica.")
+    sync_every: Int = Field(25, ge=1, description="T, steps between syncs; at most `steps`.")
     fanout: Literal["local", "shared_grad"] = "shared_grad"
     optimizer: Literal["adamw", "sgd"] = "adamw"
     weight_decay: float = Field(0.0, ge=0, le=10)
@@ -190,12 +263,12 @@ class JobSpec(Document):
         None, description="None: 'keep' under shared_grad (identical moments), else 'average'.")
     balanced: bool = False
     health: Health = Field(default_factory=Health)
-    validate_every: int = Field(1, ge=1, description="Validate every this many windows (and at the end).")
-    checkpoint_every: int = Field(1, ge=1, description="Checkpoint every this many windows.")
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    validate_every: Int = Field(1, ge=1, description="Validate every this many windows (and at the end).")
+    checkpoint_every: Int = Field(1, ge=1, description="Checkpoint every this many windows.")
+    seed: Int = Field(0, ge=0, le=2**31 - 1)
     storage_path: str | None = Field(None, description="Where runs are written (default ./runs).")
-    max_failures: int = Field(0, ge=0, le=100, description="Worker-group restarts Ray Train may make.")
-    collective_timeout_s: int = Field(60, ge=5, le=3600)
+    max_failures: Int = Field(0, ge=0, le=100, description="Worker-group restarts Ray Train may make.")
+    collective_timeout_s: Int = Field(60, ge=5, le=3600)
     service: ServiceLink | None = None
 
     @model_validator(mode="after")
@@ -206,6 +279,17 @@ class JobSpec(Document):
         if len(set(names)) != len(names):
             raise ValueError(f"explore: names must be unique, got {names}")
         return self
+
+    @field_validator("name")
+    @classmethod
+    def _label(cls, v: str | None) -> str | None:
+        return None if v is None else check_label(v)
+
+    @field_validator("task_options")
+    @classmethod
+    def _finite_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_finite(v, "task_options")
+        return v
 
     @field_validator("task")
     @classmethod
@@ -229,3 +313,27 @@ def format_errors(e: ValidationError) -> str:
         lines.append(f"  {loc}: {msg}")
     return "\n".join(lines)
 
+
+
+class JobStatus(str, Enum):
+    """A job's lifecycle, as the Ray Jobs API names it; the service keeps a job PENDING (with the reason)
+    until its first window, also while Ray already runs its entrypoint and the workers wait for CPUs."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    STOPPED = "STOPPED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+STATUSES = tuple(s.value for s in JobStatus)
+TERMINAL = frozenset({JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.STOPPED.value})
+
+ENTRYPOINT = "python -m hdet_ray run --spec-json {spec_json}"
+"""The Ray job's command; `{spec_json}` is replaced by the shell-quoted spec."""
+
+
+def entrypoint(spec_json: str, template: str = ENTRYPOINT, storage_path: str | None = None) -> str:
+    """The command a Ray job runs for a spec given as JSON (the only place this command is built)."""
+    cmd = template.format(spec_json=shlex.quote(spec_json))
+    return cmd + (f" --storage-path {shlex.quote(storage_path)}" if storage_path else "")

@@ -128,7 +128,8 @@ def main() -> int:
                     break
             except httpx.TransportError:
                 time.sleep(0.2)
-        job = httpx.post(url + "/v1/jobs", json=spec, headers={"Authorization": f"Bearer {token}"}).json()["id"]
+        job = httpx.post(url + "/v1/jobs", json=spec, headers={"Authorization": f"Bearer {token}"},
+                         timeout=60).json()["id"]
         ingest_token = _ingest_token(url, token, job)
         return asyncio.run(run(args, url, token, job, ingest_token, spec))
     finally:
@@ -137,10 +138,12 @@ def main() -> int:
 
 
 def _ingest_token(url, token, job):
-    """The memory backend's log is the command it would have run, which carries the job's ingest token."""
+    """The memory backend's log is the command it would have run, which names the job's token file (in
+    the data directory this script made, readable by this user only)."""
     r = httpx.get(f"{url}/v1/jobs/{job}/logs", headers={"Authorization": f"Bearer {token}"})
     words = shlex.split(r.text.split("\n", 1)[0])
-    return json.loads(words[words.index("--spec-json") + 1])["service"]["token"]
+    with open(json.loads(words[words.index("--spec-json") + 1])["service"]["token_file"]) as f:
+        return f.read().strip()
 
 
 if __name__ == "__main__":

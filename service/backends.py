@@ -7,6 +7,9 @@ A backend's methods block; the app calls them from worker threads.
 from __future__ import annotations
 
 import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -15,23 +18,52 @@ class UnknownJob(LookupError):
 
 
 class JobBackend(Protocol):
-    def submit(self, job_id: str, entrypoint: str) -> None: ...
+    def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
+        """Start `entrypoint` as job `job_id`, with `env` added to its environment."""
     def status(self, job_id: str) -> tuple[str, str]:
         """(status, message); status is one of storage.STATUSES. Raises UnknownJob."""
     def stop(self, job_id: str) -> None: ...
     def logs(self, job_id: str) -> str: ...
+    def capacity(self) -> int | None:
+        """CPUs of a cluster whose size is fixed (the embedded head); None when unknown or autoscaling."""
+    def alive(self) -> bool:
+        """Whether the cluster answers now."""
+    def gone(self) -> bool:
+        """Whether the cluster is known to be gone for good (its head process exited)."""
     def close(self) -> None: ...
 
 
 class RayJobs:
-    def __init__(self, address: str, headers: dict[str, str] | None = None) -> None:
+    """`cpus`: the cluster's fixed size, when known; `process_alive`: whether the head's process runs
+    (for a head the service owns), so its death is noticed at once rather than after a timeout."""
+
+    def __init__(self, address: str, headers: dict[str, str] | None = None, *, cpus: int | None = None,
+                 process_alive: Callable[[], bool] | None = None) -> None:
         from ray.job_submission import JobSubmissionClient
 
-        self.address = address
+        self.address, self.headers = address.rstrip("/"), dict(headers or {})
+        self.cpus, self.process_alive = cpus, process_alive
         self.client = JobSubmissionClient(address, headers=headers)
 
-    def submit(self, job_id: str, entrypoint: str) -> None:
+    def capacity(self) -> int | None:
+        return self.cpus
+
+    def gone(self) -> bool:
+        return self.process_alive is not None and not self.process_alive()
+
+    def alive(self) -> bool:
+        if self.gone():
+            return False
+        request = urllib.request.Request(self.address + "/api/version", headers=self.headers)
+        try:
+            with urllib.request.urlopen(request, timeout=5) as r:
+                return r.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
         self.client.submit_job(entrypoint=entrypoint, submission_id=job_id,
+                               runtime_env={"env_vars": env} if env else None,
                                metadata={"submitted_by": "hdet-service"})
 
     def status(self, job_id: str) -> tuple[str, str]:
@@ -59,17 +91,31 @@ class RayJobs:
 
 
 class MemoryJobs:
-    """Records submissions; a job is RUNNING until stopped. Runs no code."""
+    """Records submissions; a job is RUNNING until stopped. Runs no code. `cpus` and `up` play a
+    fixed-size cluster and its health for the API tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpus: int | None = None) -> None:
         self._jobs: dict[str, str] = {}
         self.entrypoints: dict[str, str] = {}
+        self.envs: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
+        self.cpus = cpus
+        self.up = True
 
-    def submit(self, job_id: str, entrypoint: str) -> None:
+    def capacity(self) -> int | None:
+        return self.cpus
+
+    def alive(self) -> bool:
+        return self.up
+
+    def gone(self) -> bool:
+        return not self.up
+
+    def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
         with self._lock:
             self._jobs[job_id] = "RUNNING"
             self.entrypoints[job_id] = entrypoint
+            self.envs[job_id] = dict(env or {})
 
     def status(self, job_id: str) -> tuple[str, str]:
         with self._lock:

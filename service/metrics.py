@@ -66,19 +66,31 @@ class TimingMiddleware:
         start = time.perf_counter()
         status = 500
 
+        started = False
+
+        def observe(code: int) -> None:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.observe(scope["method"], route, code, time.perf_counter() - start)
+
         async def timed_send(message):
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
-                route = getattr(scope.get("route"), "path", None) or "unmatched"
-                self.metrics.observe(scope["method"], route, status, time.perf_counter() - start)
+                status, started = message["status"], True
+                observe(status)
             await send(message)
 
-        await self.app(scope, receive, timed_send)
+        try:
+            await self.app(scope, receive, timed_send)
+        except Exception:
+            if not started:  # the server's error middleware, outside this one, answers 500: count it here
+                observe(500)
+            raise
 
 
 class BodyLimitMiddleware:
-    """413 for a request body over `limit` bytes, whether it declares its length or streams it."""
+    """413 for a request body over `limit` bytes, whether it declares its length or streams it (chunked):
+    the body is read up to the limit before the app sees it, so the app never mistakes the cut for a
+    malformed body (400)."""
 
     def __init__(self, app, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -90,25 +102,29 @@ class BodyLimitMiddleware:
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.limit):
             return await _too_large(send, self.limit)
-        seen = 0
-
-        async def limited_receive():
-            nonlocal seen
+        if scope.get("method") in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            return await self.app(scope, receive, send)
+        chunks, seen = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
+            if seen > self.limit:
+                return await _too_large(send, self.limit)
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await _too_large(send, self.limit)
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
 
-
-class _TooLarge(Exception):
-    pass
+        await self.app(scope, replay, send)
 
 
 async def _too_large(send, limit: int) -> None:

@@ -7,20 +7,27 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hdet_ray.core.records import WindowRecord
-from hdet_ray.spec import JobSpec
-from hdet_ray.tasks import TASKS
+from hdet_ray.spec import Int, JobSpec, JobStatus, check_finite
 
-Status = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
-RegisteredTask = Literal[tuple(sorted(TASKS))]  # type: ignore[valid-type]
+Status = JobStatus
 
 
 class JobCreate(JobSpec):
     """A job spec as a client may send it: registered tasks only (the API never runs code it is sent),
-    and no `service` or `storage_path` (the service sets both)."""
+    and no `service` or `storage_path` (the service sets both). Importing this module loads no torch:
+    the task registry is read when a request is validated."""
 
-    task: RegisteredTask = Field("digits", description="A registered task.")  # type: ignore[valid-type]
     storage_path: None = Field(None, description="Set by the service.")
     service: None = Field(None, description="Set by the service.")
+
+    @field_validator("task")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        from hdet_ray.tasks import TASKS
+
+        if v not in TASKS:
+            raise ValueError(f"task {v!r} is not a registered task; allowed: {sorted(TASKS)}")
+        return v
 
 
 class Error(BaseModel):
@@ -80,12 +87,13 @@ class Trajectory(BaseModel):
 class IngestRecord(BaseModel):
     """A WindowRecord.to_dict(); checked field by field against the record's shape."""
 
-    model_config = ConfigDict(extra="allow")
-    window: int = Field(ge=0, le=10_000_000)
-    step: int = Field(ge=0)
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    window: Int = Field(ge=0, le=10_000_000)
+    step: Int = Field(ge=0, le=2**62)
 
     def to_record(self) -> dict[str, Any]:
         data = self.model_dump()
+        check_finite(data, "record")  # JSON has no NaN; Python's parser lets it through
         WindowRecord.from_dict(data)  # raises on a wrong shape
         return data
 
@@ -110,6 +118,7 @@ class IngestResult(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "unavailable"]
     backend: str
     database: str
+    ray: Literal["ok", "down", "n/a"] = Field(description="Whether the Ray head answers ('n/a': memory backend).")

@@ -2,8 +2,12 @@
 
 The head runs as `ray start --head --block` in its own process group with token auth set explicitly
 (RAY_AUTH_MODE=token and a token file under the data directory). Its address and pid are kept in
-<data_dir>/ray-head.json, so a service that was killed and restarted adopts the head its jobs still
+<data_dir>/ray-head.json, so a service that was killed or restarted adopts the head its jobs still
 run on instead of starting a second one.
+
+Its size is fixed: `num_cpus` logical CPUs, by default the machine's cores but at least
+`MIN_CPUS`, so that the spec defaults and the README's examples (4 replicas) run on a 2-core machine
+(CPU workers then share cores, as `hdet run` lets them).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 # Ray's session directories hold Unix sockets, whose paths are limited to ~107 bytes.
 _MAX_TEMP_DIR = 48
 _OBJECT_STORE_BYTES = 300 * 1024 * 1024  # the service's jobs pass tensors through collectives, not the store
+MIN_CPUS = 4
 
 
 def free_port() -> int:
@@ -41,6 +46,7 @@ class HeadInfo:
     gcs_port: int
     dashboard_port: int
     temp_dir: str
+    num_cpus: int | None = None
 
     @property
     def dashboard_url(self) -> str:
@@ -50,7 +56,7 @@ class HeadInfo:
 class EmbeddedHead:
     def __init__(self, data_dir: Path, num_cpus: int | None = None) -> None:
         self.data_dir = data_dir
-        self.num_cpus = num_cpus
+        self.num_cpus = num_cpus or max(os.cpu_count() or 1, MIN_CPUS)
         self.info_file = data_dir / "ray-head.json"
         self.token_file = data_dir / "ray-token"
         self.info: HeadInfo | None = None
@@ -86,13 +92,12 @@ class EmbeddedHead:
         for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
                      "--runtime-env-agent-port", "--metrics-export-port"):
             cmd += [flag, str(free_port())]
-        if self.num_cpus:
-            cmd += ["--num-cpus", str(self.num_cpus)]
+        cmd += ["--num-cpus", str(self.num_cpus)]
         self.token  # noqa: B018  (creates the token file before the head reads it)
         self._log = open(self.data_dir / "ray-head.log", "ab")  # noqa: SIM115  (open while the head runs)
         self._proc = subprocess.Popen(cmd, env=self.env(), stdout=self._log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
-        info = HeadInfo(self._proc.pid, gcs_port, dash_port, str(temp_dir))
+        info = HeadInfo(self._proc.pid, gcs_port, dash_port, str(temp_dir), self.num_cpus)
         deadline = time.monotonic() + timeout_s
         while not self._ready(info):
             if self._proc.poll() is not None:
@@ -121,9 +126,23 @@ class EmbeddedHead:
         except (OSError, ValueError, TypeError):
             return None
         if _alive(info.pid) and self._ready(info):
+            self.num_cpus = info.num_cpus or self.num_cpus
             return info
         self.info_file.unlink(missing_ok=True)
         return None
+
+    def alive(self) -> bool:
+        """Whether the head's process still runs (`ray start --block` exits when a part of it dies)."""
+        if self._proc is not None:
+            return self._proc.poll() is None
+        return self.info is not None and _alive(self.info.pid)
+
+    def release(self) -> None:
+        """Leave the head running for the next service on this data directory to adopt."""
+        if self._log:
+            self._log.close()
+        self._proc = None
+        self.info = None
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """End exactly the head this service started or adopted (its process group)."""

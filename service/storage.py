@@ -23,13 +23,13 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    or_,
     select,
     update,
 )
 from sqlalchemy.engine import Engine
 
-TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
-STATUSES = ("PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED")
+from hdet_ray.spec import STATUSES, TERMINAL  # the one job-status enum is hdet_ray.spec.JobStatus
 
 metadata = MetaData()
 
@@ -58,6 +58,20 @@ windows = Table(
     Column("step", Integer, nullable=False),
     Column("record", Text, nullable=False),
 )
+
+studies = Table(
+    "studies", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", String(64), nullable=False),
+    Column("status", String(16), nullable=False, index=True),
+    Column("message", Text, nullable=False, default=""),
+    Column("executor", String(16), nullable=False),
+    Column("definition", Text, nullable=False),
+    Column("created_at", String(32), nullable=False),
+    Column("updated_at", String(32), nullable=False),
+    Column("finished_at", String(32)),
+)
+"""Staged-promotion studies (service.studies), in the same database as the jobs."""
 
 # Each entry moves the schema one version up; version 1 is the tables above, made by create_all.
 MIGRATIONS: list[str] = []
@@ -103,11 +117,12 @@ class Store:
             pool_pre_ping=not sqlite)
         if sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        self._write = threading.Lock()
+        self.write_lock = threading.Lock()
+        """Held by every write to this database (jobs, windows, studies): SQLite has one writer."""
         self.migrate()
 
     def migrate(self) -> None:
-        with self._write, self.engine.begin() as c:
+        with self.write_lock, self.engine.begin() as c:
             metadata.create_all(c)
             version = c.execute(select(schema_version.c.version)).scalar()
             if version is None:
@@ -126,7 +141,7 @@ class Store:
     def add_job(self, job_id: str, name: str | None, spec: dict[str, Any], ingest_token_hash: str,
                 total_windows: int) -> Job:
         t = now()
-        with self._write, self.engine.begin() as c:
+        with self.write_lock, self.engine.begin() as c:
             c.execute(jobs.insert().values(
                 id=job_id, name=name, status="PENDING", message="", spec=json.dumps(spec),
                 ingest_token_hash=ingest_token_hash, total_windows=total_windows, seq=0,
@@ -157,22 +172,25 @@ class Store:
         return {s: 0 for s in STATUSES} | {s: n for s, n in rows}
 
     def set_status(self, job_id: str, status: str, message: str | None = None) -> bool:
-        """Returns True when the status changed."""
+        """Returns True when the status (or, if given, the message) changed."""
         t = now()
         values: dict[str, Any] = {"status": status, "updated_at": t}
         if message is not None:
             values["message"] = message[:2000]
         if status in TERMINAL:
             values["finished_at"] = t
-        with self._write, self.engine.begin() as c:
-            n = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status != status).values(**values))
+        with self.write_lock, self.engine.begin() as c:
+            changed = jobs.c.status != status
+            if message is not None:
+                changed = or_(changed, jobs.c.message != values["message"])
+            n = c.execute(update(jobs).where(jobs.c.id == job_id, changed).values(**values))
         return n.rowcount > 0
 
     # windows
     def upsert_windows(self, job_id: str, records: list[dict[str, Any]]) -> int:
         """Store records keyed by window; returns how many were new or changed."""
         changed = 0
-        with self._write, self.engine.begin() as c:
+        with self.write_lock, self.engine.begin() as c:
             seq = c.execute(select(jobs.c.seq).where(jobs.c.id == job_id)).scalar_one()
             for rec in sorted(records, key=lambda r: r["window"]):
                 text = json.dumps(rec, sort_keys=True, allow_nan=False)

@@ -13,20 +13,18 @@ import json
 import logging
 import secrets
 import shlex
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, MetaData, String, Table, Text, func, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy import func, select, update
 
-from hdet_ray.promotion.cells import validate_cells
+from hdet_ray.promotion.cells import stage_cells, validate_cells
 from hdet_ray.promotion.protocol import Study, StudyError
-from hdet_ray.tasks import TASKS
+from hdet_ray.spec import check_label
 from service.backends import JobBackend, UnknownJob
-from service.jobs import _SUBMIT_GRACE_S, _age_s
-from service.storage import STATUSES, TERMINAL, now
+from service.jobs import _SUBMIT_GRACE_S, _age_s, check_task, failure_reason
+from service.storage import STATUSES, TERMINAL, Store, now, studies
 
 log = logging.getLogger("hdet.service")
 
@@ -39,21 +37,6 @@ MAX_STUDY_CHARS = 64 * 1024
 """The study travels inline on the Ray job's command line; one argument must stay well under 128 KiB."""
 # Fields the service or the runner sets; a study sent over HTTP may not.
 _RESERVED = ("service", "storage_path")
-
-metadata = MetaData()
-studies = Table(
-    "studies", metadata,
-    Column("id", String(64), primary_key=True),
-    Column("name", String(64), nullable=False),
-    Column("status", String(16), nullable=False, index=True),
-    Column("message", Text, nullable=False, default=""),
-    Column("executor", String(16), nullable=False),
-    Column("definition", Text, nullable=False),
-    Column("created_at", String(32), nullable=False),
-    Column("updated_at", String(32), nullable=False),
-    Column("finished_at", String(32)),
-)
-
 
 class StudyRejected(ValueError):
     """A study the service will not run; `loc` is the field's path in the request body."""
@@ -83,6 +66,12 @@ class StudyRow:
 def check_study(study: Study, executor: str) -> None:
     """What the service adds to the study's own validation: a bounded size, registered tasks only (the
     API never runs code it is sent), no service-owned fields, and every cell's job spec valid."""
+    from hdet_ray.tasks import TASKS
+
+    try:
+        check_label(study.name)
+    except ValueError as e:
+        raise StudyRejected(["body", "name"], str(e)) from None
     cells = sum(len(study.candidates) * len(s.seeds) * max(1, len(s.hosts)) for s in study.stages)
     if cells > MAX_CELLS:
         raise StudyRejected(["body", "stages"], f"the study declares {cells} cells (candidates x seeds x hosts "
@@ -103,6 +92,15 @@ def check_study(study: Study, executor: str) -> None:
         validate_cells(study, EXECUTORS[executor])
     except StudyError as e:
         raise StudyRejected(["body"], str(e)) from None
+    names = [c.name for c in study.candidates]
+    for k in range(len(study.stages)):  # every cell's task builds with its options, before anything runs
+        for cell in stage_cells(study, k, names):
+            try:
+                check_task(cell.spec["task"], cell.spec.get("task_options") or {})
+            except ValueError as e:
+                i = names.index(cell.candidate)
+                raise StudyRejected(["body", "candidates", i, "overrides", "task_options"],
+                                    f"candidate {cell.candidate!r}: {e}") from None
     if executor == "run_job":  # the runner would refuse it too, but only once the Ray job has started
         for i, stage in enumerate(study.stages):
             if stage.start == "continue" and any(c.continuable for c in study.candidates):
@@ -111,13 +109,13 @@ def check_study(study: Study, executor: str) -> None:
 
 
 class StudyService:
-    """Studies in the service's database (table `studies`, beside the jobs) and on the backend."""
+    """Studies in the service's database (table `studies` of `service.storage`, beside the jobs: one schema,
+    one migration, one write lock) and on the backend."""
 
-    def __init__(self, engine: Engine, backend: JobBackend, data_dir: Path, entrypoint: str = ENTRYPOINT) -> None:
-        self.engine, self.backend, self.entrypoint = engine, backend, entrypoint
+    def __init__(self, store: Store, backend: JobBackend, data_dir: Path, entrypoint: str = ENTRYPOINT) -> None:
+        self.engine, self.backend, self.entrypoint = store.engine, backend, entrypoint
         self.root = data_dir.resolve() / "studies"
-        self._write = threading.Lock()
-        metadata.create_all(engine)
+        self._write = store.write_lock
 
     def submit(self, study: Study, executor: str) -> StudyRow:
         check_study(study, executor)
@@ -163,7 +161,7 @@ class StudyService:
             log.warning("status of study %s unavailable: %s", row.id, e)
             return row
         if status in STATUSES and status != row.status:
-            self._set_status(row.id, status, message)
+            self._set_status(row.id, status, failure_reason(message) if status == "FAILED" else message)
             return self.get(row.id) or row
         return row
 

@@ -50,6 +50,10 @@ class HDETDivergedError(RuntimeError):
     def __init__(self, window: int, step: int, note: str) -> None:
         super().__init__(f"HDET run diverged at window {window} (step {step}): {note}")
         self.window, self.step = window, step
+        self.note = note
+
+    def __reduce__(self):
+        return (type(self), (self.window, self.step, self.note))
 
 
 class HDETOneCycleLR(OneCycleLR):

@@ -38,7 +38,7 @@ class ControllerHost:
         self.restores: list[dict[str, Any]] = []
         self.calls: Counter[str] = Counter()
         link = self.spec.service
-        self.pusher = ServicePusher(link.url, link.job_id, link.token) if link is not None else None
+        self.pusher = ServicePusher(link.url, link.job_id, link.read_token()) if link is not None else None
 
     def begin(self, window: int, state: dict[str, Any] | None) -> None:
         """A worker group starts at `window` (0, or a checkpoint's) with that checkpoint's controller state."""
@@ -92,5 +92,6 @@ class ControllerHost:
 ControllerActor = ray.remote(num_cpus=0, max_restarts=0)(ControllerHost)
 
 
-def actor_name(job_name: str) -> str:
-    return f"hdet-controller-{job_name}"
+def actor_name(run_id: str) -> str:
+    """The actor's name in namespace 'hdet', keyed by the run's id (`job.run_id`), never by a job name."""
+    return f"hdet-controller-{run_id}"

@@ -49,7 +49,10 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = run_job(spec, storage_path=args.storage_path, progress=not args.quiet)
     except Exception as e:  # noqa: BLE001 - a failed run: say why in a paragraph, not a stack of Ray frames
-        print(f"hdet run: the run failed: {type(e).__name__}: {e}", file=sys.stderr)
+        from hdet_ray.ray.job import failure_reason
+
+        # One line, which the service shows as the job's message: the cause, not Ray's wrapper.
+        print(f"hdet run: the run failed: {failure_reason(e)}", file=sys.stderr, flush=True)
         return 1
     print(format_summary(result.summary))
     return 0

@@ -1,7 +1,7 @@
 """`run_job(spec)`: run one HDET job on Ray and write its run directory.
 
     <storage_path or ./runs>/<job name or generated id>/
-        spec.json          the validated spec
+        spec.json          the validated spec (mode 0600; a service link names its token file, never the token)
         trajectory.jsonl   one WindowRecord per window (written by the controller actor)
         summary.json       final metrics, base-value trajectory, paths, worker-seconds
         train/             Ray Train's checkpoints
@@ -48,6 +48,28 @@ def job_name(spec: JobSpec) -> str:
     return spec.name or f"{spec.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
+def run_id(spec: JobSpec, name: str) -> str:
+    """What the run's Ray objects are keyed by: the service's job id, else the name and a unique suffix
+    (a name is a label: two runs may share one)."""
+    return spec.service.job_id if spec.service is not None else f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def failure_reason(error: BaseException) -> str:
+    """The first line a user needs: the worker's own exception (e.g. `HDETDivergedError: HDET run diverged
+    at window 3 ...`), not Ray's wrapper with every rank's traceback."""
+    failures = getattr(error, "worker_failures", None) or {}
+    if failures:
+        error = failures[min(failures)]
+    cause = getattr(error, "cause", None)  # a RayTaskError carries the user's exception
+    if isinstance(cause, BaseException):
+        error = cause
+    inner = getattr(error, "controller_failure", None)
+    if isinstance(inner, BaseException):
+        return failure_reason(inner)
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
 def check_runnable(spec: JobSpec) -> None:
     """Fail before any worker starts: the task must build with its options."""
     try:
@@ -64,12 +86,14 @@ def run_job(spec: JobSpec, *, storage_path: str | Path | None = None, progress: 
     name = job_name(spec)
     run_dir = Path(storage_path or spec.storage_path or "runs").resolve() / name
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "spec.json").write_text(spec.model_dump_json(indent=2) + "\n")
+    spec_file = run_dir / "spec.json"
+    spec_file.touch(mode=0o600)
+    spec_file.write_text(spec.model_dump_json(indent=2) + "\n")
 
     started_ray = _ensure_ray(spec.replicas * cpus_per_worker)
     actor = None
     try:
-        actor = ControllerActor.options(name=actor_name(name), namespace="hdet").remote(
+        actor = ControllerActor.options(name=actor_name(run_id(spec, name)), namespace="hdet").remote(
             spec.model_dump(mode="json"), str(run_dir))
         ray.get(actor.stats.remote())  # the actor exists before any worker asks it
         trainer = build_trainer(spec, actor, run_dir, callbacks=callbacks, cpus_per_worker=cpus_per_worker)

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import time
 from typing import Any
 
-from hdet_ray.spec import JobSpec, SpecError
-
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+from hdet_ray.spec import TERMINAL, JobSpec, SpecError
+from hdet_ray.spec import entrypoint as spec_entrypoint
 
 
 def entrypoint(spec: JobSpec, storage_path: str | None = None) -> str:
-    cmd = f"python -m hdet_ray run --spec-json {shlex.quote(spec.model_dump_json(exclude_none=True))}"
-    return cmd + (f" --storage-path {shlex.quote(storage_path)}" if storage_path else "")
+    return spec_entrypoint(spec.model_dump_json(exclude_none=True), storage_path=storage_path)
 
 
 def job_client(address: str | None = None, token: str | None = None) -> Any:

@@ -17,7 +17,7 @@ from service.storage import Job
 COOKIE = "hdet_token"
 bearer = HTTPBearer(auto_error=False, description="The service's API token (HDET_TOKEN).")
 ingest_bearer = HTTPBearer(auto_error=False, scheme_name="IngestToken",
-                           description="The job's own ingest token (set in spec.service.token).")
+                           description="The job's own ingest token (in the file spec.service.token_file).")
 
 
 @dataclass
@@ -83,4 +83,4 @@ def errors(*codes: int) -> dict[int | str, dict]:
 
 
 _REASONS = {400: "Malformed body", 401: "No token", 403: "Wrong token", 404: "No such job",
-            409: "The job already ended", 413: "Body too large", 502: "Ray failed"}
+            409: "The job already ended", 413: "Body too large", 502: "Ray failed", 503: "Ray is down"}

@@ -38,7 +38,7 @@ def push(spec: JobSpec, records: list[WindowRecord]) -> None:
     link = spec.service
     body = json.dumps({"records": [r.to_dict() for r in records]}).encode()
     req = urllib.request.Request(f"{link.url}/v1/jobs/{link.job_id}/ingest", data=body, method="POST",
-                                 headers={"Authorization": f"Bearer {link.token}",
+                                 headers={"Authorization": f"Bearer {link.read_token()}",
                                           "Content-Type": "application/json"})
     try:
         urllib.request.urlopen(req, timeout=5).close()

@@ -29,9 +29,10 @@ def job(memory_server):
 
 
 def ingest_token(server, job_id):
-    """The per-job token as the job receives it (inside the spec of the command the backend ran)."""
+    """The per-job token as the job receives it (the file the spec of the backend's command names)."""
     words = shlex.split(server.backend.entrypoints[job_id])
-    return json.loads(words[words.index("--spec-json") + 1])["service"]["token"]
+    with open(json.loads(words[words.index("--spec-json") + 1])["service"]["token_file"]) as f:
+        return f.read().strip()
 
 
 def v1_routes(routes):
@@ -156,7 +157,7 @@ def test_body_limit_and_metrics(memory_server, job):
         assert r.status_code == 413 and "limit is 65536 bytes" in r.json()["detail"]
         assert c.get("/healthz").json()["database"] == "sqlite"
         text = c.get("/metrics").text
-    assert 'hdet_jobs{status="RUNNING"}' in text
+    assert 'hdet_jobs{status="PENDING"}' in text
     assert 'route="/v1/jobs/{job_id}"' in text and "hdet_http_request_duration_seconds_bucket" in text
     assert int(text.split("\nhdet_windows_ingested_total ")[1].split()[0]) >= 3
 

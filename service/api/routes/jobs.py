@@ -9,6 +9,7 @@ from fastapi.responses import PlainTextResponse
 
 from service.api.deps import Authorized, JobDep, StateDep, errors
 from service.backends import UnknownJob
+from service.jobs import HeadDown, Rejected, redact
 from service.models import JobCreate, JobCreated, JobPublic, JobsPage, Links, Progress, Status
 from service.storage import Job
 
@@ -35,12 +36,19 @@ def public(state, job: Job) -> JobPublic:
         finished_at=job.finished_at, links=links(job.id))
 
 
-@router.post("", status_code=201, response_model=JobCreated, responses=errors(400, 413))
+@router.post("", status_code=201, response_model=JobCreated, responses=errors(400, 413, 503))
 def create_job(body: JobCreate, request: Request, state: StateDep) -> JobCreated:
-    """Submit a job spec. It runs on Ray as `python -m hdet_ray run --spec-json ...`."""
+    """Submit a job spec. It runs on Ray as `python -m hdet_ray run --spec-json ...`. A spec that
+    could never be scheduled on the cluster (more replicas than a fixed-size cluster has CPUs) is a 422
+    naming `replicas`; a cluster that does not answer is a 503."""
     spec = body.model_dump(mode="json", exclude={"service", "storage_path"})
     public_url = state.settings.public_url or str(request.base_url)
-    job = state.jobs.submit(spec, public_url)
+    try:
+        job = state.jobs.submit(spec, public_url)
+    except Rejected as e:
+        raise HTTPException(422, [{"loc": e.loc, "msg": e.msg, "type": "value_error"}]) from None
+    except HeadDown as e:
+        raise HTTPException(503, str(e)) from None
     return JobCreated(id=job.id, status=job.status, links=links(job.id))
 
 
@@ -86,4 +94,4 @@ def read_logs(job: JobDep, state: StateDep,
         raise HTTPException(502, f"Ray did not return the logs: {e}") from None
     if tail is not None:
         text = "".join(text.splitlines(keepends=True)[-tail:])
-    return PlainTextResponse(text)
+    return PlainTextResponse(redact(text, state.jobs.secrets(job)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
@@ -10,12 +9,11 @@ from fastapi.responses import FileResponse, PlainTextResponse
 from pydantic import BaseModel, Field
 
 from hdet_ray.promotion.protocol import Study
-from service.api.deps import Authorized, StateDep, errors
+from service.api.deps import Authorized, errors
 from service.models import Status
 from service.studies import StudyRejected, StudyRow, StudyService
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], dependencies=[Authorized])
-_lock = threading.Lock()
 
 
 class StudyLinks(BaseModel):
@@ -64,15 +62,9 @@ class StudiesPage(BaseModel):
     limit: int
 
 
-def get_studies(request: Request, state: StateDep) -> StudyService:
-    """The app's study service, made on first use from the job service's database and backend."""
-    with _lock:
-        service = getattr(request.app.state, "studies", None)
-        if service is None:
-            jobs = state.jobs
-            service = StudyService(jobs.store.engine, jobs.backend, state.settings.data_dir)
-            request.app.state.studies = service
-    return service
+def get_studies(request: Request) -> StudyService:
+    """The app's study service (made by the lifespan, on the job service's database and backend)."""
+    return request.app.state.studies
 
 
 Studies = Annotated[StudyService, Depends(get_studies)]

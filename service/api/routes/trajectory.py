@@ -8,7 +8,7 @@ import time
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
 from service.api.deps import Authorized, IngestJob, JobDep, StateDep, errors
@@ -41,7 +41,7 @@ or as `last_event_id`."""
             dependencies=[Authorized])
 async def stream_trajectory(
         job: JobDep, state: StateDep,
-        last_event_id_header: Annotated[int | None, Header(alias="Last-Event-ID", ge=0)] = None,
+        last_event_id_header: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=2**62)] = None,
         last_event_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
         max_seconds: Annotated[float | None, Query(gt=0, le=86_400,
                                                    description="Close the stream after this long.")] = None,
@@ -79,9 +79,18 @@ async def _events(state, job_id: str, seq: int, max_seconds: float | None):
                 yield ": keepalive\n\n"
 
 
-@router.post("/{job_id}/ingest", response_model=IngestResult, responses=errors(400, 413))
+@router.post("/{job_id}/ingest", response_model=IngestResult, responses=errors(400, 409, 413))
 def ingest_records(body: IngestBatch, job: IngestJob, state: StateDep) -> IngestResult:
     """Where the job's controller actor pushes window records (its own bearer token). Idempotent:
-    a record replaces the stored one of the same window; resending is harmless."""
+    a record replaces the stored one of the same window while the job runs (a window re-run after a
+    worker-group restart); once the job has ended its trajectory is closed (409). Window indexes are
+    below the job's window count (422)."""
+    if job.terminal:
+        raise HTTPException(409, f"job {job.id} already ended ({job.status}); its trajectory is closed")
     records = [r.to_record() for r in body.records]
+    for i, r in enumerate(records):
+        if r["window"] >= job.total_windows:
+            raise HTTPException(422, [{"loc": ["body", "records", i, "window"], "type": "value_error",
+                                       "msg": f"window {r['window']} is out of range: this job has "
+                                              f"{job.total_windows} windows (0 to {job.total_windows - 1})"}])
     return IngestResult(received=len(records), changed=state.jobs.ingest(job, records))

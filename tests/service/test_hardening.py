@@ -1,0 +1,229 @@
+"""Bad input, names, secrets and the job lifecycle over a real HTTP server and a real SQLite file, with
+the in-memory backend (it runs nothing; a fixed-size cluster and a dead head are played by its `cpus` and
+`up`). The same behaviours with a real Ray head are in test_ray_lifecycle.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import stat
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from hdet_ray.engine.scheduler import HDETDivergedError
+from service import Settings
+from service.backends import MemoryJobs
+from service.jobs import failure_reason
+from tests.service.conftest import TOKEN, start_server
+from tests.service.test_api import SPEC, ingest_token, records
+
+
+def post_raw(c: httpx.Client, url: str, text: str) -> httpx.Response:
+    return c.post(url, content=text.encode(), headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize("text, field", [
+    ('{"steps": 1e400}', "steps"),
+    ('{"schedule": {"max_lr": NaN}}', "max_lr"),
+    ('{"schedule": {"max_lr": Infinity}}', "max_lr"),
+    ('{"replicas": true}', "replicas"),
+    ('{"replicas": 2.0}', "replicas"),
+    ('{"task_options": {"width": NaN}}', "task_options"),
+    ('{"task_options": {"width": -3}}', "task_options"),
+    ('{"name": "../../../escape"}', "name"),
+    ('{"name": "a/b"}', "name"),
+    ('{"name": ".."}', "name"),
+    ('{"name": "' + "x" * 129 + '"}', "name"),
+])
+def test_bad_spec_is_422_naming_the_field(memory_server, text, field):
+    with memory_server.client() as c:
+        r = post_raw(c, "/v1/jobs", text)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"][0]
+    assert field in detail["loc"] or field in detail["msg"], detail
+
+
+def test_bad_stream_and_ingest_input_is_4xx(memory_server):
+    with memory_server.client() as c:
+        job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
+        r = c.get(f"/v1/jobs/{job_id}/stream", headers={"Last-Event-ID": "9" * 23})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["header", "Last-Event-ID"]
+    token = ingest_token(memory_server, job_id)
+    with memory_server.client(token=token) as c:
+        url = f"/v1/jobs/{job_id}/ingest"
+        rec = records([0])[0]
+        text = json.dumps({"records": [rec]}).replace(str(rec["losses"][0]), "NaN", 1)
+        r = post_raw(c, url, text)
+        assert r.status_code == 422 and "not a finite number" in r.text, r.text
+        r = c.post(url, json={"records": records([10])})  # SPEC has 10 windows: 0..9
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "records", 0, "window"]
+        assert c.post(url, json={"records": [{**rec, "window": True}]}).status_code == 422
+        assert c.post(url, json={"records": records([0])}).status_code == 200
+    memory_server.backend.finish(job_id)
+    with memory_server.client() as c:  # the service notices the end, then the trajectory is closed
+        deadline = time.monotonic() + 10
+        while c.get(f"/v1/jobs/{job_id}").json()["status"] != "SUCCEEDED" and time.monotonic() < deadline:
+            time.sleep(0.2)
+    with memory_server.client(token=token) as c:
+        r = c.post(f"/v1/jobs/{job_id}/ingest", json={"records": records([0])})
+        assert r.status_code == 409 and "already ended" in r.json()["detail"]
+
+
+def test_study_name_is_a_label(memory_server):
+    from tests.service.test_studies import STUDY
+
+    with memory_server.client() as c:
+        for name in ("..", "a/b", "../x"):
+            r = c.post("/v1/studies", json={**STUDY, "name": name})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "name"], r.text
+        bad = {**STUDY, "candidates": [*STUDY["candidates"][:2],
+                                       {"name": "slow", "overrides": {"task_options": {"bogus": 1}}}]}
+        r = c.post("/v1/studies", json=bad)
+        assert r.status_code == 422 and "bogus" in r.json()["detail"][0]["msg"], r.text
+
+
+def test_chunked_oversized_body_is_413(memory_server):
+    def chunks():
+        for _ in range(80):
+            yield b" " * 1024
+
+    with memory_server.client() as c:
+        r = c.post("/v1/jobs", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "limit is 65536 bytes" in r.json()["detail"]
+
+
+def test_metrics_count_500s(memory_server):
+    def boom():
+        raise RuntimeError("a bug")
+
+    memory_server.app.add_api_route("/boom", boom)
+    with memory_server.client() as c:
+        assert c.get("/boom").status_code == 500
+    with memory_server.client() as c:  # uvicorn closes a connection whose request raised
+        text = c.get("/metrics").text
+    assert 'hdet_http_request_duration_seconds_count{method="GET",route="/boom",status="500"} 1' in text
+
+
+def test_pending_with_reason_until_the_first_window(memory_server):
+    with memory_server.client() as c:
+        job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
+        job = c.get(f"/v1/jobs/{job_id}").json()  # the reason is there from the submission on
+        assert job["status"] == "PENDING" and job["message"].startswith("waiting for 3 CPUs"), job
+    with memory_server.client(token=ingest_token(memory_server, job_id)) as c:
+        c.post(f"/v1/jobs/{job_id}/ingest", json={"records": records([0])})
+    with memory_server.client() as c:
+        deadline = time.monotonic() + 10
+        while (job := c.get(f"/v1/jobs/{job_id}").json())["status"] != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job["status"] == "RUNNING" and job["message"] == ""
+
+
+def test_ingest_token_is_secret(memory_server):
+    with memory_server.client() as c:
+        job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
+        token = ingest_token(memory_server, job_id)
+        seen = c.get(f"/v1/jobs/{job_id}").text + c.get("/v1/jobs").text + c.get(f"/v1/jobs/{job_id}/logs").text
+    assert token not in seen and token not in memory_server.backend.entrypoints[job_id]
+    data_dir = memory_server.app.state.hdet.settings.data_dir
+    holders = []
+    for root, _, files in os.walk(data_dir):
+        for f in files:
+            path = os.path.join(root, f)
+            with open(path, "rb") as fh:
+                if token.encode() in fh.read():
+                    holders.append((path, stat.S_IMODE(os.stat(path).st_mode)))
+    assert len(holders) == 1 and holders[0][0].endswith("ingest-token") and holders[0][1] == 0o600, holders
+
+
+def test_ingest_token_through_the_environment(tmp_path):
+    """For a cluster that does not share the data directory the token travels in the job's environment."""
+    backend = MemoryJobs()
+    server = start_server(Settings(token=TOKEN, data_dir=tmp_path, ingest_token_via="env"), backend)
+    try:
+        with server.client() as c:
+            job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
+        token = (tmp_path / "runs" / job_id / "ingest-token").read_text()
+        assert backend.envs[job_id] == {"HDET_INGEST_TOKEN": token} and token not in backend.entrypoints[job_id]
+        assert '"token_env": "HDET_INGEST_TOKEN"' in backend.entrypoints[job_id]
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def small_cluster(tmp_path):
+    backend = MemoryJobs(cpus=2)
+    settings = Settings(token=TOKEN, data_dir=tmp_path, poll_interval_s=0.2, sse_keepalive_s=1.0)
+    server = start_server(settings, backend)
+    yield server
+    server.stop()
+
+
+def test_spec_that_never_fits_is_422_and_a_dead_head_is_503(small_cluster):
+    with small_cluster.client() as c:
+        r = c.post("/v1/jobs", json={"name": "big"})  # the default: 4 replicas
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "replicas"], r.text
+        assert "the Ray cluster has 2" in r.json()["detail"][0]["msg"]
+        job_id = c.post("/v1/jobs", json={**SPEC, "replicas": 2}).json()["id"]
+        assert c.get("/healthz").status_code == 200
+        small_cluster.backend.up = False
+        health = c.get("/healthz")
+        assert health.status_code == 503 and health.json()["status"] == "unavailable"
+        deadline = time.monotonic() + 10
+        while (job := c.get(f"/v1/jobs/{job_id}").json())["status"] != "FAILED" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job["status"] == "FAILED" and job["message"].startswith("lost:"), job
+        assert c.post("/v1/jobs", json={**SPEC, "replicas": 2}).status_code == 503
+
+
+def test_failure_reason_is_the_cause_not_the_command():
+    error = pickle.loads(pickle.dumps(HDETDivergedError(3, 30, "every replica unhealthy")))
+    assert (error.window, error.step, error.note) == (3, 30, "every replica unhealthy")
+    ray_message = ("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 "
+                   "chars):\nRunning entrypoint for job hdet-1: python -m hdet_ray run --spec-json '{}'\n"
+                   + "noise\n" * 500 + f"hdet run: the run failed: HDETDivergedError: {error}\n")
+    assert failure_reason(ray_message) == (f"the run failed: HDETDivergedError: {error} (exit code 1)")
+    assert failure_reason("x" * 3000 + "end", ["end"]).endswith("[secret]")
+
+
+def test_request_models_import_no_torch():
+    code = "import sys, service.models; assert 'torch' not in sys.modules, 'torch loaded'"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ})
+
+
+def test_studies_share_the_jobs_database_and_its_lock(memory_server):
+    from sqlalchemy import inspect
+
+    studies, store = memory_server.app.state.studies, memory_server.app.state.hdet.jobs.store
+    assert studies.engine is store.engine and studies._write is store.write_lock
+    assert {"jobs", "windows", "studies", "schema_version"} <= set(inspect(store.engine).get_table_names())
+
+
+def test_job_the_cluster_forgot_is_lost_unless_its_run_finished(memory_server):
+    from sqlalchemy import update
+
+    from service.storage import jobs as jobs_table
+
+    service = memory_server.app.state.hdet.jobs
+    with memory_server.client() as c:
+        done, lost = (c.post("/v1/jobs", json=SPEC).json()["id"] for _ in range(2))
+    (service.runs_dir / done / "t").mkdir(parents=True)
+    (service.runs_dir / done / "t" / "summary.json").write_text("{}")
+    with service.store.write_lock, service.store.engine.begin() as conn:  # submitted long ago, then forgotten
+        conn.execute(update(jobs_table).where(jobs_table.c.id.in_([done, lost]))
+                     .values(created_at="2020-01-01T00:00:00.000+00:00"))
+    for job_id in (done, lost):
+        del memory_server.backend._jobs[job_id]
+    with memory_server.client() as c:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            got = {j: c.get(f"/v1/jobs/{j}").json() for j in (done, lost)}
+            if all(g["finished_at"] for g in got.values()):
+                break
+            time.sleep(0.2)
+    assert got[done]["status"] == "SUCCEEDED" and "summary.json" in got[done]["message"], got[done]
+    assert got[lost]["status"] == "FAILED" and got[lost]["message"].startswith("lost:"), got[lost]
