@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
-from hdet_ray.core.controller import ControllerConfig, make_controller
+from hdet_ray.core.controller import DEFAULT_CONTROLLER, ControllerConfig, make_controller
 from hdet_ray.core.health import HealthConfig
 from hdet_ray.core.hyperparams import HyperParam
 
@@ -138,7 +138,7 @@ class Explore(_Model):
     name: str = Field("lr", min_length=1, max_length=64)
     target: str = Field(core_default(HyperParam, "target"), min_length=1, max_length=128,
                         description="'lr', 'group:<key>' or 'module:<Class>.<attr>'")
-    spread: Literal["log", "linear"] = core_default(HyperParam, "spread")
+    spread: Literal["log_mean1", "log", "linear"] = core_default(HyperParam, "spread")
     size: float = Field(core_default(HyperParam, "size"), ge=0, le=1000,
                         description="log: factor >= 1; linear: alpha in [0, 1)")
     scale: Literal["log", "linear"] = core_default(HyperParam, "scale")
@@ -157,7 +157,9 @@ class Explore(_Model):
 
 
 class ControllerSpec(_Model):
-    name: Literal["slope", "paper", "hold"] = "slope"
+    """The controller by name and its settings; the defaults and checks are the core's configs'."""
+
+    name: Literal["evidence", "slope", "paper", "hold"] = DEFAULT_CONTROLLER
     warmup_steps: Int = Field(core_default(ControllerConfig, "warmup_steps"), ge=0)
     freeze_after: float | None = Field(core_default(ControllerConfig, "freeze_after"), ge=0, le=1)
     converge: Literal["mean", "fitness", "best"] = core_default(ControllerConfig, "converge")
@@ -165,17 +167,26 @@ class ControllerSpec(_Model):
     max_rollbacks: Int = Field(core_default(ControllerConfig, "max_rollbacks"), ge=0, le=100)
     opening_step_down: Int = Field(core_default(ControllerConfig, "opening_step_down"), ge=0, le=16)
     momentum: float | None = Field(None, ge=0, lt=1)
-    step_size: float | None = Field(None, ge=0)
+    step_size: float | None = Field(None, gt=0)
     clip: float | None = Field(None, gt=0)
     trust_windows: Int | None = Field(None, ge=1, le=100)
     temperature: float | None = Field(None, gt=0)
+    z_threshold: float | None = Field(None, gt=0)
+    evidence_windows: Int | None = Field(None, ge=1, le=100)
+    max_step: float | None = Field(None, gt=0)
+    bias_aware: bool | None = None
+    shard_correction: bool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ControllerSpec:
-        if self.name != "slope" and (self.clip is not None or self.trust_windows is not None):
-            raise ValueError("clip and trust_windows are settings of the 'slope' controller only")
-        if self.name != "paper" and self.temperature is not None:
-            raise ValueError("temperature is a setting of the 'paper' controller only")
+        only = {"slope": ("clip", "trust_windows"), "paper": ("temperature",),
+                "evidence": ("z_threshold", "evidence_windows", "max_step", "bias_aware", "shard_correction")}
+        for owner, names in only.items():
+            given = [n for n in names if getattr(self, n) is not None]
+            if self.name != owner and given:
+                raise ValueError(f"{', '.join(given)}: setting(s) of the {owner!r} controller only")
+        if self.name == "evidence" and self.momentum is not None:
+            raise ValueError("momentum: the 'evidence' controller has none")
         if self.name == "hold" and (self.momentum is not None or self.step_size is not None):
             raise ValueError("the 'hold' controller takes no momentum or step_size")
         core_check(lambda: make_controller(self.name, **self.settings()))
@@ -193,6 +204,7 @@ class Health(_Model):
         "auto", description="'auto': the task's chance loss; null: no chance check")
     chance_tolerance: float = Field(core_default(HealthConfig, "chance_tolerance"), ge=0, lt=1)
     chance_margin: float = Field(core_default(HealthConfig, "chance_margin"), ge=0, lt=1)
+    blowup_progress: float = Field(core_default(HealthConfig, "blowup_progress"), ge=0, le=1)
 
     @field_validator("chance_loss")
     @classmethod
@@ -204,7 +216,8 @@ class Health(_Model):
     def to_config(self, task_chance: float | None) -> HealthConfig:
         chance = task_chance if self.chance_loss == "auto" else self.chance_loss
         return HealthConfig(blowup_factor=self.blowup_factor, chance_loss=chance,
-                            chance_tolerance=self.chance_tolerance, chance_margin=self.chance_margin)
+                            chance_tolerance=self.chance_tolerance, chance_margin=self.chance_margin,
+                            blowup_progress=self.blowup_progress)
 
 
 class ServiceLink(_Model):

@@ -591,7 +591,11 @@ CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c for c in (Controller, PaperController, SlopeController, EvidenceController)}
 
 
-def make_controller(name: str = "evidence", **settings: Any) -> Controller:
+DEFAULT_CONTROLLER = "evidence"
+"""The controller `HDETOneCycleLR` and job specs use when none is named (the one place this default lives)."""
+
+
+def make_controller(name: str = DEFAULT_CONTROLLER, **settings: Any) -> Controller:
     """Build a registered controller by name ('evidence', 'slope', 'paper', 'hold'); unknown settings name
     themselves."""
     if name not in CONTROLLERS:

@@ -26,6 +26,7 @@ from torch.optim.lr_scheduler import OneCycleLR
 
 from hdet_ray.core import spread as spreads
 from hdet_ray.core.controller import (
+    DEFAULT_CONTROLLER,
     Controller,
     ControllerState,
     Decision,
@@ -103,7 +104,7 @@ class HDETOneCycleLR(OneCycleLR):
         sync_every: int | None = None,
         explore: Sequence[HyperParam] | None = None,
         fanout: str = "shared_grad",
-        controller: str | Controller = "evidence",
+        controller: str | Controller = DEFAULT_CONTROLLER,
         controller_settings: dict[str, Any] | None = None,
         auto_lr: bool = True,
         health: HealthConfig | None = None,
