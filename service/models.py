@@ -4,23 +4,36 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.spec import JobSpec
-from hdet_ray.tasks import TASKS
+from hdet_ray.tasks import check_options, registered_names
 
 Status = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
-RegisteredTask = Literal[tuple(sorted(TASKS))]  # type: ignore[valid-type]
 
 
 class JobCreate(JobSpec):
     """A job spec as a client may send it: registered tasks only (the API never runs code it is sent),
     and no `service` or `storage_path` (the service sets both)."""
 
-    task: RegisteredTask = Field("digits", description="A registered task.")  # type: ignore[valid-type]
+    task: str = Field("digits", min_length=1, max_length=256, description="A registered task (GET /v1/tasks).")
     storage_path: None = Field(None, description="Set by the service.")
     service: None = Field(None, description="Set by the service.")
+
+    @field_validator("task")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        if v not in registered_names():
+            raise ValueError(f"{v!r} is not a registered task; registered: {registered_names()}")
+        return v
+
+    @field_validator("task_options")
+    @classmethod
+    def _options(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if "task" in info.data:  # a bad task is reported on its own
+            check_options(info.data["task"], v)
+        return v
 
 
 class Error(BaseModel):
