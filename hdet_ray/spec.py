@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from typing_extensions import Self
@@ -197,6 +197,9 @@ class JobSpec(Document):
     max_failures: int = Field(0, ge=0, le=100, description="Worker-group restarts Ray Train may make.")
     collective_timeout_s: int = Field(60, ge=5, le=3600)
     service: ServiceLink | None = None
+    log_to: dict[Literal["tensorboard", "mlflow"], Annotated[str, Field(min_length=1, max_length=2048)]] = Field(
+        default_factory=dict, description="Also write the trajectory (rank 0, per window) to a TensorBoard "
+        "log dir and/or an MLflow tracking URI (hdet_ray.integrations.loggers); use absolute paths.")
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:

@@ -20,6 +20,8 @@ class JobCreate(JobSpec):
     task: str = Field("digits", min_length=1, max_length=256, description="A registered task (GET /v1/tasks).")
     storage_path: None = Field(None, description="Set by the service.")
     service: None = Field(None, description="Set by the service.")
+    log_to: dict[str, str] = Field(default_factory=dict, max_length=0,
+                                   description="Not over REST (paths on the cluster); the service keeps the trajectory.")
 
     @field_validator("task")
     @classmethod

@@ -65,6 +65,8 @@ def test_registry_lists_and_refuses(plugin_path, tmp_path):
             for code in ("hdet_plugin_example:make_task", "os:system", "nosuchtask"):
                 r = c.post("/v1/jobs", json={**JOB, "task": code})  # code is never accepted over REST
                 assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "task"], r.text
+            r = c.post("/v1/jobs", json={**JOB, "log_to": {"tensorboard": "/tmp/anywhere"}})  # no paths over REST
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "log_to"], r.text
             assert c.post("/v1/jobs", json=JOB).status_code == 201
     finally:
         server.stop()
