@@ -20,6 +20,7 @@ import importlib.metadata
 import inspect
 import math
 import os
+import sys
 import sysconfig
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -228,25 +229,27 @@ class ByteLM(Task):
 
 
 TASKS: dict[str, Callable[..., Task]] = {"digits": Digits, "bytelm": ByteLM}
-"""The built-in tasks; `registered()` adds those installed packages declare."""
+"""The built-in tasks; `registered_names()` adds those installed packages declare (`hdet_ray.tasks`)."""
 ENTRY_POINT_GROUP = "hdet_ray.tasks"
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
-    # a built-in name wins over a plugin's; the group is read on every call, so packages installed (or put
-    # on sys.path) after import are seen
+    """The group's entry points (a built-in name wins over a plugin's). Scanning every installed
+    distribution costs ~30 ms, so the answer is kept per `sys.path`: a package installed into a
+    directory already on the path is seen after a restart, one put on the path at once."""
+    return dict(_scan(tuple(sys.path)))
+
+
+@lru_cache(maxsize=8)
+def _scan(path: tuple[str, ...]) -> tuple[tuple[str, importlib.metadata.EntryPoint], ...]:
     importlib.invalidate_caches()
-    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name not in TASKS}
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return tuple((ep.name, ep) for ep in found if ep.name not in TASKS)
 
 
 def registered_names() -> list[str]:
     """Every registered task's name, without importing any plugin."""
     return sorted([*TASKS, *_entry_points()])
-
-
-def registered() -> dict[str, Callable[..., Task]]:
-    """Every registered task's factory by name: the built-ins, then the entry-point group's (imported)."""
-    return {**TASKS, **{name: ep.load() for name, ep in sorted(_entry_points().items())}}
 
 
 def _factory(name: str) -> Callable[..., Task] | None:
@@ -266,12 +269,15 @@ def _options_model(name: str, factory: Callable[..., Task]):
     from pydantic import ConfigDict, create_model
 
     fields: dict[str, Any] = {}
-    for p in inspect.signature(factory, eval_str=True).parameters.values():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        annotation = Any if p.annotation is p.empty else p.annotation
-        fields[p.name] = (annotation, ... if p.default is p.empty else p.default)
-    return create_model(f"{name}_options", __config__=ConfigDict(extra="forbid"), **fields)
+    try:
+        for p in inspect.signature(factory, eval_str=True).parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            annotation = Any if p.annotation is p.empty else p.annotation
+            fields[p.name] = (annotation, ... if p.default is p.empty else p.default)
+        return create_model(f"{name}_options", __config__=ConfigDict(extra="forbid"), **fields)
+    except Exception as e:  # noqa: BLE001  a plugin's odd signature is its error, not the service's
+        raise ValueError(f"task {name!r}: cannot read its options from the factory's signature ({e})") from None
 
 
 def describe(name: str) -> dict[str, Any]:

@@ -72,6 +72,25 @@ def test_registry_lists_and_refuses(plugin_path, tmp_path):
         server.stop()
 
 
+def test_a_plugin_that_does_not_load_is_listed_with_its_error(plugin_path, tmp_path, monkeypatch):
+    """A distribution whose entry point names a missing module: the others are still listed and usable."""
+    info = tmp_path / "site" / "broken_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[hdet_ray.tasks]\nbroken = no_such_module_here:make_task\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    server = start_server(Settings(token=TOKEN, data_dir=tmp_path / "svc", poll_interval_s=0.2), MemoryJobs())
+    try:
+        with server.client() as c:
+            items = {t["name"]: t for t in c.get("/v1/tasks").json()["items"]}
+            assert sorted(items) == ["broken", "bytelm", "digits", "sine"]
+            assert "does not load" in items["broken"]["error"] and items["sine"]["error"] is None
+            r = c.post("/v1/jobs", json={**JOB, "task": "broken"})
+            assert r.status_code == 422 and "does not load" in r.json()["detail"][0]["msg"], r.text
+    finally:
+        server.stop()
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_plugin_job_runs_through_the_service(plugin_path, tmp_path):

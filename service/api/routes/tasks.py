@@ -18,6 +18,7 @@ class TaskPublic(BaseModel):
     description: str
     source: str = Field(description="'built-in', or the entry point that registers it.")
     options: dict[str, Any] = Field(description="JSON schema of the job spec's `task_options` for this task.")
+    error: str | None = Field(None, description="Why a registered plugin cannot be used (it does not load).")
 
 
 class TasksList(BaseModel):
@@ -27,4 +28,11 @@ class TasksList(BaseModel):
 @router.get("", response_model=TasksList, responses=errors())
 def list_tasks() -> TasksList:
     """Every task `POST /v1/jobs` accepts, with the schema of its options."""
-    return TasksList(items=[TaskPublic(**describe(name)) for name in registered_names()])
+    return TasksList(items=[_public(name) for name in registered_names()])
+
+
+def _public(name: str) -> TaskPublic:
+    try:
+        return TaskPublic(**describe(name))
+    except ValueError as e:  # a broken plugin is listed with its error; the others still are
+        return TaskPublic(name=name, description="", source="entry point", options={}, error=str(e))
