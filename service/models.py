@@ -15,7 +15,7 @@ Status = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
 
 class JobCreate(JobSpec):
     """A job spec as a client may send it: registered tasks only (the API never runs code it is sent),
-    and no `service` or `storage_path` (the service sets both)."""
+    and no `service` or `storage_path` (the service sets both) or `log_to` (paths on the cluster)."""
 
     task: str = Field("digits", min_length=1, max_length=256, description="A registered task (GET /v1/tasks).")
     storage_path: None = Field(None, description="Set by the service.")
