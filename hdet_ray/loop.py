@@ -61,6 +61,10 @@ class Replica:
               on_record: Callable[[WindowRecord], None] | None = None,
               device: torch.device | str = "cpu") -> Replica:
         task = make_task(spec.task, **spec.task_options)
+        if spec.log_to and rank == 0:
+            from hdet_ray.integrations.loggers import recorders
+
+            on_record = recorders(spec.log_to, spec.name or spec.task, then=on_record)
         model = task.model(spec.seed).to(device)
         optimizer = make_optimizer(spec, model)
         scheduler = make_scheduler(spec, optimizer, model, task, decide=decide, on_record=on_record)

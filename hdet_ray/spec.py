@@ -283,6 +283,9 @@ class JobSpec(Document):
     max_failures: Int = Field(0, ge=0, le=100, description="Worker-group restarts Ray Train may make.")
     collective_timeout_s: Int = Field(60, ge=5, le=3600)
     service: ServiceLink | None = None
+    log_to: dict[Literal["tensorboard", "mlflow"], Annotated[str, Field(min_length=1, max_length=2048)]] = Field(
+        default_factory=dict, description="Also write the trajectory (rank 0, per window) to a TensorBoard "
+        "log dir and/or an MLflow tracking URI (hdet_ray.integrations.loggers); use absolute paths.")
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -307,10 +310,10 @@ class JobSpec(Document):
     @field_validator("task")
     @classmethod
     def _known_task(cls, v: str) -> str:
-        from hdet_ray.tasks import TASKS
+        from hdet_ray.tasks import registered_names
 
-        if v not in TASKS and ":" not in v:
-            raise ValueError(f"unknown task {v!r}; registered: {sorted(TASKS)} or 'module:function'")
+        if v not in registered_names() and ":" not in v:
+            raise ValueError(f"unknown task {v!r}; registered: {registered_names()} or 'module:function'")
         return v
 
     @property

@@ -7,15 +7,20 @@
 
 Each rank trains on its own shard (`rank::replicas`); the validation split is fixed and shared. A task
 is a small object with `model()`, `batches(rank, replicas, seed)`, `loss(model, batch)` and
-`evaluate(model)`; users of `ray job submit` can point a job at their own `module:function` that
-returns one (the REST service accepts registered names only).
+`evaluate(model)`. Installed packages register more tasks under the entry-point group `hdet_ray.tasks`
+(name -> a factory taking the task's options as keywords; see examples/plugin_task). Users of
+`ray job submit` can also point a job at their own `module:function` that returns one (the REST service
+accepts registered names only).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import inspect
 import math
 import os
+import sys
 import sysconfig
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -224,23 +229,98 @@ class ByteLM(Task):
 
 
 TASKS: dict[str, Callable[..., Task]] = {"digits": Digits, "bytelm": ByteLM}
+"""The built-in tasks; `registered_names()` adds those installed packages declare (`hdet_ray.tasks`)."""
+ENTRY_POINT_GROUP = "hdet_ray.tasks"
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    """The group's entry points (a built-in name wins over a plugin's). Scanning every installed
+    distribution costs ~30 ms, so the answer is kept per `sys.path`: a package installed into a
+    directory already on the path is seen after a restart, one put on the path at once."""
+    return dict(_scan(tuple(sys.path)))
+
+
+@lru_cache(maxsize=8)
+def _scan(path: tuple[str, ...]) -> tuple[tuple[str, importlib.metadata.EntryPoint], ...]:
+    importlib.invalidate_caches()
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return tuple((ep.name, ep) for ep in found if ep.name not in TASKS)
+
+
+def registered_names() -> list[str]:
+    """Every registered task's name, without importing any plugin."""
+    return sorted([*TASKS, *_entry_points()])
+
+
+def _factory(name: str) -> Callable[..., Task] | None:
+    if name in TASKS:
+        return TASKS[name]
+    ep = _entry_points().get(name)
+    if ep is None:
+        return None
+    try:
+        return ep.load()
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"task {name!r}: its entry point {ep.value!r} does not load ({e})") from None
+
+
+def _options_model(name: str, factory: Callable[..., Task]):
+    """A pydantic model of the factory's keyword options (its signature: annotations and defaults)."""
+    from pydantic import ConfigDict, create_model
+
+    fields: dict[str, Any] = {}
+    try:
+        for p in inspect.signature(factory, eval_str=True).parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            annotation = Any if p.annotation is p.empty else p.annotation
+            fields[p.name] = (annotation, ... if p.default is p.empty else p.default)
+        return create_model(f"{name}_options", __config__=ConfigDict(extra="forbid"), **fields)
+    except Exception as e:  # noqa: BLE001  a plugin's odd signature is its error, not the service's
+        raise ValueError(f"task {name!r}: cannot read its options from the factory's signature ({e})") from None
+
+
+def describe(name: str) -> dict[str, Any]:
+    """A registered task's name, one-line description, source and JSON schema of its `task_options`."""
+    factory = _factory(name)
+    if factory is None:
+        raise ValueError(f"unknown task {name!r}; registered tasks: {registered_names()}")
+    doc = (inspect.getdoc(factory) or "").strip().splitlines()
+    source = "built-in" if name in TASKS else f"entry point {_entry_points()[name].value}"
+    return {"name": name, "description": doc[0] if doc else "", "source": source,
+            "options": _options_model(name, factory).model_json_schema()}
+
+
+def check_options(name: str, options: dict[str, Any]) -> None:
+    """Raise ValueError naming each bad option of a registered task (its factory's signature is the schema)."""
+    from pydantic import ValidationError
+
+    factory = _factory(name)
+    if factory is None:
+        raise ValueError(f"unknown task {name!r}; registered tasks: {registered_names()}")
+    try:
+        _options_model(name, factory).model_validate(options)
+    except ValidationError as e:
+        bad = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise ValueError(f"task {name!r}: bad task_options ({bad})") from None
 
 
 def make_task(name: str, **options: Any) -> Task:
-    """A registered task by name, or a user's `module:function` returning a `Task`."""
-    if name in TASKS:
-        try:
-            return TASKS[name](**options)
-        except TypeError as e:
-            raise ValueError(f"task {name!r}: bad task_options {sorted(options)}: {e}") from None
-    if ":" in name:
+    """A registered task by name (built-in or from the `hdet_ray.tasks` entry points), or a user's
+    `module:function` returning a `Task`."""
+    factory = _factory(name)
+    if factory is None and ":" in name:
         module, _, attr = name.partition(":")
         try:
             factory = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
             raise ValueError(f"task {name!r}: cannot import {module}:{attr} ({e})") from None
+    if factory is None:
+        raise ValueError(f"unknown task {name!r}; registered tasks: {registered_names()} (or 'module:function')")
+    try:
         task = factory(**options)
-        if not isinstance(task, Task):
-            raise ValueError(f"task {name!r}: {module}:{attr}() returned {type(task).__name__}, not a Task")
-        return task
-    raise ValueError(f"unknown task {name!r}; registered tasks: {sorted(TASKS)} (or 'module:function')")
+    except TypeError as e:
+        raise ValueError(f"task {name!r}: bad task_options {sorted(options)}: {e}") from None
+    if not isinstance(task, Task):
+        raise ValueError(f"task {name!r}: its factory returned {type(task).__name__}, not a Task")  # noqa: TRY004  callers catch ValueError for every bad task
+    return task

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from service.api.deps import State
-from service.api.routes import dashboard, jobs, studies, study_pages, system, trajectory
+from service.api.routes import dashboard, jobs, studies, study_pages, system, tasks, trajectory
 from service.backends import JobBackend, MemoryJobs, RayJobs
 from service.events import Broker
 from service.jobs import JobService, load_or_create_token
@@ -86,7 +86,7 @@ def create_app(settings: Settings | None = None, backend: JobBackend | None = No
 
     app = FastAPI(title="hdet-ray service", version="0.1.0", lifespan=lifespan,
                   description="Submit HDET jobs to Ray, follow their live hyperparameter trajectory.")
-    for module in (jobs, trajectory, studies, system, dashboard, study_pages):
+    for module in (jobs, trajectory, studies, tasks, system, dashboard, study_pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(packages=[("service", "static")]), name="static")
     app.add_exception_handler(RequestValidationError, _invalid_request)

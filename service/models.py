@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.spec import Int, JobSpec, JobStatus, check_finite
@@ -14,19 +14,31 @@ Status = JobStatus
 
 class JobCreate(JobSpec):
     """A job spec as a client may send it: registered tasks only (the API never runs code it is sent),
-    and no `service` or `storage_path` (the service sets both). Importing this module loads no torch:
-    the task registry is read when a request is validated."""
+    and no `service` or `storage_path` (the service sets both) or `log_to` (paths on the cluster). Importing
+    this module loads no torch: the task registry is read when a request is validated."""
 
+    task: str = Field("digits", min_length=1, max_length=256, description="A registered task (GET /v1/tasks).")
     storage_path: None = Field(None, description="Set by the service.")
     service: None = Field(None, description="Set by the service.")
+    log_to: dict[str, str] = Field(default_factory=dict, max_length=0,
+                                   description="Not over REST (paths on the cluster); the service keeps the trajectory.")
 
     @field_validator("task")
     @classmethod
     def _registered(cls, v: str) -> str:
-        from hdet_ray.tasks import TASKS
+        from hdet_ray.tasks import registered_names
 
-        if v not in TASKS:
-            raise ValueError(f"task {v!r} is not a registered task; allowed: {sorted(TASKS)}")
+        if v not in registered_names():
+            raise ValueError(f"{v!r} is not a registered task; registered: {registered_names()}")
+        return v
+
+    @field_validator("task_options")
+    @classmethod
+    def _options(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        from hdet_ray.tasks import check_options
+
+        if "task" in info.data:  # a bad task is reported on its own
+            check_options(info.data["task"], v)
         return v
 
 

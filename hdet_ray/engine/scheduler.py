@@ -207,6 +207,10 @@ class HDETOneCycleLR(OneCycleLR):
             self._sync()
         super().step()
 
+    def observe(self, loss: torch.Tensor | float) -> None:
+        """Record the current step's training loss without advancing (for frameworks that call `step()`)."""
+        self._h_loss.add(loss, self._h_in_window)
+
     def get_lr(self) -> list[float]:
         base = super().get_lr()  # OneCycle's values; also cycles momentum
         if not self._h_ready:

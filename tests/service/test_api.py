@@ -48,7 +48,7 @@ def v1_routes(routes):
 
 def test_every_v1_route_needs_a_token(memory_server, job):
     routes = list(v1_routes(memory_server.app.routes))
-    assert len(routes) == 13  # jobs 8, studies 5
+    assert len(routes) == 14  # jobs 8, studies 5, tasks 1
     for method, path in routes:
         url = path.replace("{job_id}", job["id"]).replace("{study_id}", "study-any")
         with memory_server.client(token=None) as c:

@@ -1,0 +1,44 @@
+"""Lightning (`Trainer(strategy="ddp", accelerator="cpu", devices=2)`, gloo) with `HDETCallback`: the loss
+reaches the controller, the rate moves, the trajectory reaches the CSV logger, the replicas end identical."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.ray_head import free_port
+
+MISSING = [m for m in ['lightning'] if importlib.util.find_spec(m) is None]  # imported by the worker only
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(MISSING), reason="pip install hdet-ray[integrations]")]
+
+WORKER = Path(__file__).with_name("lightning_worker.py")
+
+
+def test_lightning_ddp_with_hdet_callback(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    run = subprocess.run([sys.executable, str(WORKER), str(tmp_path)], capture_output=True, text=True,
+                         timeout=240, env=env, check=False)
+    assert run.returncode == 0, run.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    records = ranks[0]["records"]
+    assert [r["step"] for r in records] == [10, 20, 30] and records == ranks[1]["records"]
+    for r in records:
+        assert all(x is not None and 0 < x < 100 for x in r["losses"]) and r["losses"][0] != r["losses"][1]
+        assert r["params"]["lr"]["multipliers"][0] != r["params"]["lr"]["multipliers"][1]
+    assert any(r["acted"] for r in records) and any(r["params"]["lr"]["new_offset"] != 0 for r in records)
+    assert all(rank["replicas_identical"] for rank in ranks)
+    assert not ranks[0]["single_reduce_warning"]  # model=self.trainer.model is DDP: one all-reduce already
+
+    with open(tmp_path / "csv" / "version_0" / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("hdet/lr/offset")]
+    assert [int(row["step"]) for row in rows] == [10, 20, 30]
+    for row, r in zip(rows, records):
+        assert float(row["hdet/lr/offset"]) == pytest.approx(r["params"]["lr"]["new_offset"])
+        assert float(row["hdet/loss/replica_0"]) == pytest.approx(r["losses"][0])
