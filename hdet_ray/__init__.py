@@ -32,7 +32,7 @@ _EXPORTS = {
     "HDETOneCycleLR": "hdet_ray.engine.scheduler",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

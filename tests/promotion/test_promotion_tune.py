@@ -47,15 +47,13 @@ STUDY = Study.parse({
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(local_ray):
     import sys
 
     # this test module is not importable on the workers: ship the trainable by value
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _temp_dir=tempfile.mkdtemp(prefix="hpt-", dir="/tmp"))
     yield
-    ray.shutdown()
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 def test_tune_scheduler_stops_and_promotes_by_the_study_rules(cluster, tmp_path):
