@@ -29,10 +29,16 @@ def _pythonpath(*extra: Path) -> str:
 def local_ray():
     """The `ray` module, initialised; its workers import this tree and tests/ray's helper tasks."""
     ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-             _temp_dir=tempfile.mkdtemp(prefix="hdet-t-"),  # short: Ray's socket paths have a length limit
-             runtime_env={"env_vars": {"PYTHONPATH": _pythonpath(REPO, REPO / "tests" / "ray"),
-                                       "OMP_NUM_THREADS": "1"}})
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        _temp_dir=tempfile.mkdtemp(prefix="hdet-t-"),  # short: Ray's socket paths have a length limit
+        runtime_env={
+            "env_vars": {"PYTHONPATH": _pythonpath(REPO, REPO / "tests" / "ray"), "OMP_NUM_THREADS": "1"}
+        },
+    )
     yield ray
     ray.shutdown()
 
@@ -54,9 +60,13 @@ def token_head(tmp_path_factory) -> Iterator[TokenHead]:
 
     head = EmbeddedHead(tmp_path_factory.mktemp("token-head"), num_cpus=4)
     info = head.start()
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": head.token,
-           "PYTHONPATH": _pythonpath(REPO)}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": head.token,
+        "PYTHONPATH": _pythonpath(REPO),
+    }
     try:
         yield TokenHead(info.dashboard_url, head.token, env)
     finally:
-        head.stop()
+        head.stop(timeout_s=10)  # then its whole process group is killed

@@ -17,6 +17,7 @@ from benchmarks.speed import make_model, speed_job
 TINY = {"task": "digits", "steps": 20, "sync_every": 10}
 
 
+@pytest.mark.slow
 def test_quality_and_speed_jobs_on_two_gloo_ranks(tmp_path):
     results = tmp_path / "runs.jsonl"
     base = {**quality.spec(TINY, 4, 0), "replicas": 2}
@@ -79,6 +80,7 @@ def test_targets_are_judged_against_the_oracle_mean():
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_pbt_population_runs_on_a_local_ray(local_ray, tmp_path):
     from benchmarks.pbt import run_pbt
 

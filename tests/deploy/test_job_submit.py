@@ -27,6 +27,7 @@ def test_unauthenticated_clients_are_refused(token_head):
     assert allowed.returncode == 0, allowed.stderr[-2000:]  # so the refusal above was the missing token
 
 
+@pytest.mark.slow
 def test_the_rayjob_entrypoint_runs_with_ray_job_submit(token_head):
     rayjob = one("RayJob").doc["spec"]
     runtime_env = yaml.safe_load(rayjob["runtimeEnvYAML"])

@@ -17,7 +17,7 @@ from hdet_ray.promotion.decisions import decide_stage
 from hdet_ray.promotion.protocol import Study
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "studies" / "digits.yaml"
 

@@ -10,7 +10,7 @@ from hdet_ray.promotion.decisions import decide_stage
 from hdet_ray.promotion.protocol import Study
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 # A trainable whose metric is known in advance: base + 0.01 * seed + 1 / step.
 BASE = {"ref": 1.0, "ctrl": 1.5, "a": 0.8, "b": 0.9, "c": 1.02}

@@ -15,8 +15,23 @@ def record(spec: JobSpec, window: int) -> WindowRecord:
     multipliers = [2.0 ** (2 * r / max(spec.replicas - 1, 1) - 1) for r in range(spec.replicas)]
     losses = [2.3 * math.exp(-step / spec.steps) * (1 + 0.05 * r) for r in range(spec.replicas)]
     return WindowRecord(
-        window=window, step=step, total_steps=spec.steps, losses=losses, start_loss=max(losses),
-        healthy=[True] * spec.replicas, excluded=[], reasons={}, weights=[1 / spec.replicas] * spec.replicas,
-        params={"lr": ParamRecord(base=base, offset=1.0, new_offset=1.0, multipliers=multipliers,
-                                  values=[base * m for m in multipliers])},
-        metrics={"val_loss": losses[0] * 1.1} if window > 0 else {})
+        window=window,
+        step=step,
+        total_steps=spec.steps,
+        losses=losses,
+        start_loss=max(losses),
+        healthy=[True] * spec.replicas,
+        excluded=[],
+        reasons={},
+        weights=[1 / spec.replicas] * spec.replicas,
+        params={
+            "lr": ParamRecord(
+                base=base,
+                offset=1.0,
+                new_offset=1.0,
+                multipliers=multipliers,
+                values=[base * m for m in multipliers],
+            )
+        },
+        metrics={"val_loss": losses[0] * 1.1} if window > 0 else {},
+    )

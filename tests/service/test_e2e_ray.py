@@ -13,7 +13,7 @@ from service import Settings
 from tests.service.conftest import TOKEN, start_server
 from tests.service.test_api import read_events
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 # this interpreter, not whatever `python` is first on PATH
 ENTRYPOINT = f"{sys.executable} -m hdet_ray run --spec-json {{spec_json}}"
 JOB = {"name": "e2e", "task": "digits", "replicas": 2, "steps": 120, "sync_every": 20, "seed": 1}

@@ -19,7 +19,7 @@ from service.ray_head import free_port
 from tests.service.conftest import TOKEN
 from tests.service.test_e2e_ray import ENTRYPOINT, wait_for
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 JOB = {"name": "restart", "task": "digits", "replicas": 2, "steps": 300, "sync_every": 20, "seed": 2}
 
 
