@@ -65,7 +65,7 @@ async def streamer(client, job, stop, seen, errors):
 async def feeder(url, job, ingest_token, stop, errors, spec):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     from hdet_ray.spec import JobSpec
-    from tests.service.standin_entry import record
+    from tests.service.synthetic import record
 
     js = JobSpec.parse(spec)
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ingest_token}"}) as c:

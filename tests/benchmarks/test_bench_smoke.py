@@ -17,6 +17,7 @@ from benchmarks.speed import make_model, speed_job
 TINY = {"task": "digits", "steps": 20, "sync_every": 10}
 
 
+@pytest.mark.slow
 def test_quality_and_speed_jobs_on_two_gloo_ranks(tmp_path):
     results = tmp_path / "runs.jsonl"
     base = {**quality.spec(TINY, 4, 0), "replicas": 2}
@@ -79,20 +80,12 @@ def test_targets_are_judged_against_the_oracle_mean():
 
 
 @pytest.mark.ray
-def test_pbt_population_runs_on_a_local_ray(tmp_path):
-    import tempfile
-
-    import ray
-
+@pytest.mark.slow
+def test_pbt_population_runs_on_a_local_ray(local_ray, tmp_path):
     from benchmarks.pbt import run_pbt
 
-    ray_tmp = tempfile.mkdtemp(prefix="hb-")  # Ray's socket paths must stay under 108 bytes
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=ray_tmp, log_to_driver=False)
-    try:
-        out = run_pbt({**quality.spec(TINY, 4, 0), "replicas": 1}, 1e-2, (1e-4, 1e-1), 2,
-                      storage=str(tmp_path / "tune"))
-    finally:
-        ray.shutdown()
+    out = run_pbt({**quality.spec(TINY, 4, 0), "replicas": 1}, 1e-2, (1e-4, 1e-1), 2,
+                  storage=str(tmp_path / "tune"))
     assert out["replica_steps"] == 40 and len(out["member_metrics"]) == 2
     assert math.isfinite(out["metric"]) and out["metric"] == min(out["member_metrics"])
 

@@ -281,6 +281,7 @@ def fixed_onecycle_val_loss():
     return task.evaluate(model)["val_loss"]
 
 
+@pytest.mark.slow
 def test_hdet_survives_a_rate_that_kills_fixed_onecycle():
     fixed = fixed_onecycle_val_loss()
     assert fixed > 0.95 * math.log(10)  # dead: finite, at chance

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -17,6 +19,7 @@ def test_the_two_examples_differ_only_by_the_scheduler_swap():
     assert "    scheduler.step(loss)" in added
 
 
+@pytest.mark.slow
 def test_torchrun_hdet_example_prints_a_moving_trajectory():
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",

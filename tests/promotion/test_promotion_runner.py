@@ -1,12 +1,11 @@
 """A staged-promotion study on digits end to end on a real local Ray: record, budget, kill and resume,
-frozen gates. One Ray instance (own temp dir, 2 CPUs) for the module."""
+frozen gates, on the suite's session Ray (`local_ray`)."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,17 +17,14 @@ from hdet_ray.promotion.decisions import decide_stage
 from hdet_ray.promotion.protocol import Study
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "studies" / "digits.yaml"
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    temp = tempfile.mkdtemp(prefix="hp-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
+def cluster(local_ray):
+    return local_ray.get_runtime_context().gcs_address
 
 
 def example(**changes) -> dict:
@@ -43,6 +39,8 @@ def test_six_candidates_three_stages_with_a_crashing_one(cluster, tmp_path):
     data = example(name="e2e")
     # width 0 makes the task constructor raise in every attempt: retried once, then failed
     data["candidates"].append({"name": "broken", "overrides": {"task_options": {"width": 0}}})
+    (control,) = [c for c in data["candidates"] if c["name"] == "control"]
+    control["continuable"] = False
     study = Study.parse(data)
     record = run_study(study, tmp_path, log=lambda line: None)
     cells, rec = record.cells, record.data
@@ -57,12 +55,12 @@ def test_six_candidates_three_stages_with_a_crashing_one(cluster, tmp_path):
     assert {"ref", "control"} <= {c["candidate"] for c in final}
     assert all(sum(1 for c in final if c["candidate"] == k) == 2 for k in {c["candidate"] for c in final})
     assert len({c["candidate"] for c in cells.values()}) == 7
-    # continuation as declared: ref continues from its screen cell; lr1 (continuable: false) restarts
+    # continuation as declared: ref continues from its screen cell; control (retained, so it always reaches
+    # confirm; made continuable: false above) restarts from scratch
     assert cells["confirm/ref/s1"]["continued_from"] == "screen/ref/s0"
     assert cells["confirm/ref/s1"]["steps_run"] == 60 and cells["confirm/ref/s1"]["budget_steps"] == 90
-    lr1 = cells.get("confirm/lr1/s1")
-    if lr1 is not None:
-        assert lr1["continued_from"] is None and lr1["steps_run"] == 90
+    assert cells["confirm/control/s1"]["continued_from"] is None
+    assert cells["confirm/control/s1"]["steps_run"] == 90
     # the decisions are a pure function of the recorded numbers
     for k, stage in enumerate(study.stages):
         assert decide_stage(study, k, record.table(study, stage.name)).to_dict() == rec["decisions"][stage.name]

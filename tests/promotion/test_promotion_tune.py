@@ -10,7 +10,7 @@ from hdet_ray.promotion.decisions import decide_stage
 from hdet_ray.promotion.protocol import Study
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 # A trainable whose metric is known in advance: base + 0.01 * seed + 1 / step.
 BASE = {"ref": 1.0, "ctrl": 1.5, "a": 0.8, "b": 0.9, "c": 1.02}
@@ -47,15 +47,13 @@ STUDY = Study.parse({
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(local_ray):
     import sys
 
     # this test module is not importable on the workers: ship the trainable by value
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _temp_dir=tempfile.mkdtemp(prefix="hpt-", dir="/tmp"))
     yield
-    ray.shutdown()
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 def test_tune_scheduler_stops_and_promotes_by_the_study_rules(cluster, tmp_path):

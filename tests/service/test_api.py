@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from hdet_ray.spec import JobSpec
-from tests.service.standin_entry import record
+from tests.service.synthetic import record
 
 SPEC = {"name": "t", "steps": 100, "sync_every": 10, "replicas": 3}
 

@@ -1,16 +1,11 @@
 """Acceptance: the real service (uvicorn on a free port) with its embedded Ray head runs a job submitted
 over HTTP; the SSE stream shows records while it runs; it reaches SUCCEEDED; every window is stored once.
-
-The job is the real `digits` job through `python -m hdet_ray run --spec-json` when the Ray layer's
-entrypoint (hdet_ray.ray.entry) exists. Until then the same test runs with a stand-in entrypoint
-(tests/service/standin_entry.py) that pushes synthetic records, and the real-job test skips."""
+The job is the real `digits` job through `python -m hdet_ray run --spec-json`."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,29 +13,16 @@ from service import Settings
 from tests.service.conftest import TOKEN, start_server
 from tests.service.test_api import read_events
 
-pytestmark = pytest.mark.ray
-
-
-def _has_entry() -> bool:
-    try:
-        return importlib.util.find_spec("hdet_ray.ray.entry") is not None
-    except ModuleNotFoundError:  # hdet_ray.ray itself is missing
-        return False
-
-
-REAL_ENTRY = _has_entry()
-STANDIN = f"{sys.executable} {Path(__file__).with_name('standin_entry.py')} --spec-json {{spec_json}}"
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# this interpreter, not whatever `python` is first on PATH
+ENTRYPOINT = f"{sys.executable} -m hdet_ray run --spec-json {{spec_json}}"
 JOB = {"name": "e2e", "task": "digits", "replicas": 2, "steps": 120, "sync_every": 20, "seed": 1}
-
-
-def entrypoint() -> str:
-    return f"{sys.executable} -m hdet_ray run --spec-json {{spec_json}}" if REAL_ENTRY else STANDIN
 
 
 @pytest.fixture(scope="module")
 def ray_server(tmp_path_factory):
     settings = Settings(token=TOKEN, data_dir=tmp_path_factory.mktemp("e2e"), poll_interval_s=0.5,
-                        entrypoint=entrypoint(), ray_num_cpus=2)
+                        entrypoint=ENTRYPOINT, ray_num_cpus=2)
     server = start_server(settings)
     yield server
     server.stop()
@@ -77,11 +59,5 @@ def run_job_and_check(server):
         return job_id
 
 
-@pytest.mark.skipif(REAL_ENTRY, reason="the real digits job runs in test_real_digits_job")
-def test_standin_job_through_embedded_ray(ray_server):
-    run_job_and_check(ray_server)
-
-
-@pytest.mark.skipif(not REAL_ENTRY, reason="hdet_ray.ray.entry (branch `ray`) is not in this checkout yet")
 def test_real_digits_job(ray_server):
     run_job_and_check(ray_server)

@@ -2,8 +2,8 @@
 since a job is unfinished) and then by SIGKILL, each time starting it again on the same data directory.
 The job keeps running on the embedded Ray head (the new service adopts it), the restarted service shows
 the job, and when it ends the stored trajectory has every window exactly once (pushes lost while the
-service was down come back from the run's trajectory.jsonl): a routine restart loses no window. Runs the
-real digits job once hdet_ray.ray.entry exists."""
+service was down come back from the run's trajectory.jsonl): a routine restart loses no window. The job is
+the real digits job."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 from service.ray_head import free_port
 from tests.service.conftest import TOKEN
-from tests.service.test_e2e_ray import REAL_ENTRY, STANDIN, entrypoint, wait_for
+from tests.service.test_e2e_ray import ENTRYPOINT, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 JOB = {"name": "restart", "task": "digits", "replicas": 2, "steps": 300, "sync_every": 20, "seed": 2}
@@ -28,7 +28,7 @@ JOB = {"name": "restart", "task": "digits", "replicas": 2, "steps": 300, "sync_e
 def serve(data_dir, port, log):
     env = {**os.environ, "HDET_TOKEN": TOKEN, "HDET_DATA_DIR": str(data_dir), "HDET_POLL_INTERVAL_S": "0.5",
            "HDET_RAY_NUM_CPUS": "2",
-           "HDET_ENTRYPOINT": entrypoint() if REAL_ENTRY else STANDIN + " --window-seconds 0.8"}
+           "HDET_ENTRYPOINT": ENTRYPOINT}
     proc = subprocess.Popen([sys.executable, "-m", "hdet_ray", "serve", "--port", str(port), "--log-level",
                              "warning"], env=env, stdout=log, stderr=subprocess.STDOUT)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"},

@@ -131,6 +131,7 @@ def test_non_finite_metrics_are_stored_as_no_result():
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_real_study_through_embedded_ray(tmp_path):
     """The real path: the service's own Ray head, the Jobs API, `python -m hdet_ray promote --study-json`,
     3 candidates x 2 stages of the digits task; the record is served and its decisions hold."""

@@ -1,0 +1,54 @@
+"""Import cost is part of the layering: the pure core loads no torch, while the package's top-level names
+(resolved lazily, PEP 562) still reach the engine. Each check runs in a fresh interpreter, since this test
+process has long imported torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CORE = [
+    "hdet_ray",
+    "hdet_ray.core",
+    "hdet_ray.core.controller",
+    "hdet_ray.core.health",
+    "hdet_ray.core.hyperparams",
+    "hdet_ray.core.records",
+    "hdet_ray.core.spread",
+]
+
+
+def fresh(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_the_core_loads_no_torch(module):
+    done = fresh(
+        f"import sys, {module}; print(sorted(m for m in ('torch', 'ray', 'fastapi') if m in sys.modules))"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_top_level_names_still_reach_the_engine():
+    done = fresh(
+        "import sys, hdet_ray\n"
+        "from hdet_ray import HDETOneCycleLR, make_controller\n"
+        "assert HDETOneCycleLR.__module__ == 'hdet_ray.engine.scheduler'\n"
+        "assert set(hdet_ray.__all__) <= set(dir(hdet_ray))\n"
+        "print('torch' in sys.modules, all(getattr(hdet_ray, n) is not None for n in hdet_ray.__all__))"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    import hdet_ray
+
+    with pytest.raises(AttributeError, match="no attribute 'HDETOneCycle'"):
+        hdet_ray.HDETOneCycle  # noqa: B018
