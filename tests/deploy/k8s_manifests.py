@@ -1,12 +1,11 @@
 """The deploy/ manifests, loaded and checked as the API server and the KubeRay operator would, with no
-cluster: `schema_errors` validates a RayJob/RayCluster against the operator's CRD schema (KubeRay's
-own, kept in tests/deploy/schemas/, see its README), `operator_errors` applies the checks the operator
-makes that no schema expresses.
+cluster: `schema_errors` validates a RayJob/RayCluster against the operator's CRD schema (from
+`../shared/kuberay/`, never copied into the repository), `operator_errors` applies the checks the operator
+makes that no schema expresses (listed in that folder's README).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -19,8 +18,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-SCHEMAS = Path(__file__).resolve().parent / "schemas"
-SCHEMA_FILES = {"RayJob": "rayjob.v1.json", "RayCluster": "raycluster.v1.json"}
+KUBERAY_CRDS = REPO.parent / "shared" / "kuberay"
+CRD_FILES = {"RayJob": "ray.io_rayjobs.yaml", "RayCluster": "ray.io_rayclusters.yaml"}
 PART_OF = "hdet-ray"
 
 # The submission modes of KubeRay 1.5+ (the CRD types the field as a plain string).
@@ -103,10 +102,19 @@ def entrypoint_argv(rayjob: dict[str, Any]) -> list[str]:
 
 # --- the CRD schemas -----------------------------------------------------------------------------------
 
+def crds_present() -> bool:
+    return all((KUBERAY_CRDS / f).is_file() for f in CRD_FILES.values())
+
+
+CRDS_ABSENT = (f"the KubeRay CRD schemas are not at {KUBERAY_CRDS} (../shared/kuberay relative to the "
+               f"repository root); schema validation needs {sorted(CRD_FILES.values())}")
+
+
 @cache
 def crd_schema(kind: str) -> dict[str, Any]:
-    """The v1 openAPIV3Schema of KubeRay's CRD for `kind` (RayJob or RayCluster)."""
-    return json.loads((SCHEMAS / SCHEMA_FILES[kind]).read_text())
+    crd = yaml.safe_load((KUBERAY_CRDS / CRD_FILES[kind]).read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return version["schema"]["openAPIV3Schema"]
 
 
 def schema_errors(doc: dict[str, Any]) -> list[str]:
@@ -157,7 +165,7 @@ def _cluster_errors(cluster: dict[str, Any], where: str) -> list[str]:
 
 
 def operator_errors(doc: dict[str, Any]) -> list[str]:
-    """The checks the KubeRay operator makes beyond the schema."""
+    """The checks the KubeRay operator makes beyond the schema (see ../shared/kuberay/README.md)."""
     spec = doc.get("spec") or {}
     name = (doc.get("metadata") or {}).get("name", "")
     if doc["kind"] == "RayCluster":
