@@ -10,9 +10,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
+import os
+
 import pytest
 from k8s_manifests import CRDS_ABSENT, crds_present, manifests, one, operator_errors, schema_errors
 
+# CI always has ../shared beside its clone: there a missing schema is a failure, not a silent skip
+if os.environ.get("CI") and not crds_present():
+    raise RuntimeError(CRDS_ABSENT)
 needs_crds = pytest.mark.skipif(not crds_present(), reason=CRDS_ABSENT)
 KUBERAY = [m for m in manifests() if m.kind in ("RayJob", "RayCluster")]
 
