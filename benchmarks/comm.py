@@ -41,6 +41,7 @@ class ByteCounter:
             self.bytes += _nbytes(payload)
             self.calls[name] += 1
             return fn(tensor, *args, **kwargs)
+
         return counted
 
     def reset(self) -> None:
@@ -62,4 +63,5 @@ def ddp_counting_hook(counter: ByteCounter):
         counter.calls["ddp_bucket_all_reduce"] += 1
         tensor.div_(dist.get_world_size())
         return all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
     return hook

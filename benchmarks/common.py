@@ -33,28 +33,45 @@ def machine() -> dict[str, Any]:
         load = os.getloadavg()[0]
     except OSError:
         load = math.nan
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "torch": torch.__version__, "load_avg_1min_at_start": round(load, 2),
-            "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "load_avg_1min_at_start": round(load, 2),
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
 
 
 def machine_line(m: dict[str, Any]) -> str:
-    return (f"{m['cpus']} CPUs ({m['platform']}), Python {m['python']}, torch {m['torch']}, "
-            f"1-min load average {m['load_avg_1min_at_start']} at start (the machine is shared), "
-            f"commit {m['commit']}, {m['date']}")
+    return (
+        f"{m['cpus']} CPUs ({m['platform']}), Python {m['python']}, torch {m['torch']}, "
+        f"1-min load average {m['load_avg_1min_at_start']} at start (the machine is shared), "
+        f"commit {m['commit']}, {m['date']}"
+    )
 
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, check=False,
-                              text=True, timeout=10).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=ROOT,
+                capture_output=True,
+                check=False,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 
 def command_line() -> str:
     module = Path(sys.argv[0]).stem
-    return " ".join(["python -m", f"benchmarks.{module}"] + sys.argv[1:])
+    return " ".join(["python -m", f"benchmarks.{module}", *sys.argv[1:]])
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -67,6 +84,7 @@ def read_json(path: Path) -> Any:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A Markdown table; floats are shown with 4 significant digits."""
+
     def cell(x: Any) -> str:
         if isinstance(x, float):
             return "n/a" if math.isnan(x) else f"{x:.4g}"

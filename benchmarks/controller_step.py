@@ -19,10 +19,20 @@ from benchmarks.runs import run_job
 
 # the quality benchmark's workloads, oracles and starts (oracle / 10, oracle, oracle x 10)
 WORKLOADS = {
-    "digits": {"run": {"task": "digits", "steps": 300, "sync_every": 25}, "oracle": 1e-2, "best": 0.0788,
-               "seeds": (0, 1, 2), "steps": (0.1, 0.5, 1.5)},
-    "bytelm": {"run": {"task": "bytelm", "steps": 160, "sync_every": 20}, "oracle": 10 ** -1.5, "best": 2.804,
-               "seeds": (0,), "steps": (0.1, 0.5)},
+    "digits": {
+        "run": {"task": "digits", "steps": 300, "sync_every": 25},
+        "oracle": 1e-2,
+        "best": 0.0788,
+        "seeds": (0, 1, 2),
+        "steps": (0.1, 0.5, 1.5),
+    },
+    "bytelm": {
+        "run": {"task": "bytelm", "steps": 160, "sync_every": 20},
+        "oracle": 10**-1.5,
+        "best": 2.804,
+        "seeds": (0,),
+        "steps": (0.1, 0.5),
+    },
 }
 
 
@@ -31,8 +41,13 @@ def jobs(w: dict) -> list[dict]:
     for step in w["steps"]:
         for start, factor in STARTS.items():
             for seed in w["seeds"]:
-                spec = {**w["run"], "replicas": 4, "seed": seed, "schedule": {"max_lr": w["oracle"] * factor},
-                        "controller": {"step_size": step}}
+                spec = {
+                    **w["run"],
+                    "replicas": 4,
+                    "seed": seed,
+                    "schedule": {"max_lr": w["oracle"] * factor},
+                    "controller": {"step_size": step},
+                }
                 out.append({"key": f"step {step}/{start}/{seed}", "kind": "hdet", "spec": spec})
     return out
 
@@ -56,11 +71,13 @@ def main() -> int:
             moved = max(abs(math.log(r["centres"][-1])) for r in runs if r["centres"])
             cells.append(f"{mean:.4f} ± {sd:.4f} (max move x{math.exp(moved):.2f})")
         rows.append([f"step_size {step}", *cells])
-    text = (f"Command: `{common.command_line()}`. Machine: {common.machine_line(common.machine())}. "
-            f"{name}, N = 4, {w['run']['steps']} steps, sync every {w['run']['sync_every']}, shared_grad, slope controller (momentum 0.9, clip 0.5, "
-            f"trust region 3), seeds {list(w['seeds'])}; final validation metric (mean ± sd; the oracle grid's best "
-            f"is {w['best']}) and the largest final rate multiplier over seeds.\n\n"
-            + common.table(["controller", *STARTS], rows))
+    text = (
+        f"Command: `{common.command_line()}`. Machine: {common.machine_line(common.machine())}. "
+        f"{name}, N = 4, {w['run']['steps']} steps, sync every {w['run']['sync_every']}, shared_grad, slope controller (momentum 0.9, clip 0.5, "
+        f"trust region 3), seeds {list(w['seeds'])}; final validation metric (mean ± sd; the oracle grid's best "
+        f"is {w['best']}) and the largest final rate multiplier over seeds.\n\n"
+        + common.table(["controller", *STARTS], rows)
+    )
     (out / f"controller_step_{name}.md").write_text(text + "\n")
     print(text)
     return 0

@@ -30,8 +30,10 @@ def assemble(mode: str = "full") -> Path:
 
     text = re.sub(r"\{\{(\w+)\}\}", fill, PAGE.read_text())
     if mode != "full":
-        text = ("> **Quick mode**: 1 seed and short runs, to check that every script works; the prose below was "
-                "written for the full run's numbers (docs/benchmarks.md) and need not match these.\n\n" + text)
+        text = (
+            "> **Quick mode**: 1 seed and short runs, to check that every script works; the prose below was "
+            "written for the full run's numbers (docs/benchmarks.md) and need not match these.\n\n" + text
+        )
     target = common.ROOT / "docs" / "benchmarks.md" if mode == "full" else out / "benchmarks.md"
     target.write_text(text)
     return target

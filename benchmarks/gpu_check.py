@@ -38,8 +38,9 @@ def make_model(width: int, layers: int, device: torch.device) -> nn.Module:
     return nn.Sequential(*blocks, nn.Linear(width, width)).to(device)
 
 
-def make_loop(kind: str, width: int, layers: int, batch: int, total: int, sync_every: int,
-              device: torch.device):
+def make_loop(
+    kind: str, width: int, layers: int, batch: int, total: int, sync_every: int, device: torch.device
+):
     from torch.optim.lr_scheduler import OneCycleLR
 
     from hdet_ray import HDETOneCycleLR
@@ -49,7 +50,9 @@ def make_loop(kind: str, width: int, layers: int, batch: int, total: int, sync_e
     if kind == "onecycle":
         scheduler = OneCycleLR(optimizer, max_lr=1e-3, total_steps=total)
     else:
-        scheduler = HDETOneCycleLR(optimizer, max_lr=1e-3, total_steps=total, sync_every=sync_every, model=model)
+        scheduler = HDETOneCycleLR(
+            optimizer, max_lr=1e-3, total_steps=total, sync_every=sync_every, model=model
+        )
     g = torch.Generator(device=device).manual_seed(0)
     xs = torch.randn(8, batch, width, device=device, generator=g)
     ys = torch.randn(8, batch, width, device=device, generator=g)
@@ -69,7 +72,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def throughput(size: str, blocks: int, block_steps: int, sync_every: int, device: torch.device) -> dict[str, Any]:
+def throughput(
+    size: str, blocks: int, block_steps: int, sync_every: int, device: torch.device
+) -> dict[str, Any]:
     width, layers, batch = SIZES[size]
     total = blocks * block_steps + 20
     loops = {k: make_loop(k, width, layers, batch, total, sync_every, device) for k in ("onecycle", "hdet")}
@@ -89,8 +94,15 @@ def throughput(size: str, blocks: int, block_steps: int, sync_every: int, device
             _sync(device)
             rates[kind].append(block_steps / (time.perf_counter() - t))
     med = {k: statistics.median(v) for k, v in rates.items()}
-    return {"size": size, "width": width, "layers": layers, "batch": batch, "steps_per_s": med, "blocks": rates,
-            "ratio": med["hdet"] / med["onecycle"]}
+    return {
+        "size": size,
+        "width": width,
+        "layers": layers,
+        "batch": batch,
+        "steps_per_s": med,
+        "blocks": rates,
+        "ratio": med["hdet"] / med["onecycle"],
+    }
 
 
 def sync_check(kind: str, steps: int, sync_every: int, device: torch.device) -> dict[str, Any]:
@@ -108,8 +120,14 @@ def sync_check(kind: str, steps: int, sync_every: int, device: torch.device) -> 
         return {"kind": kind, "ok": True, "checked_steps": checked, "steps": steps}
     except RuntimeError as e:
         torch.cuda.set_sync_debug_mode(0)
-        return {"kind": kind, "ok": False, "checked_steps": checked, "steps": steps, "error": str(e),
-                "where": traceback.format_exc(limit=-4)}
+        return {
+            "kind": kind,
+            "ok": False,
+            "checked_steps": checked,
+            "steps": steps,
+            "error": str(e),
+            "where": traceback.format_exc(limit=-4),
+        }
 
 
 def run(device_name: str, quick: bool) -> dict[str, Any]:
@@ -122,9 +140,12 @@ def run(device_name: str, quick: bool) -> dict[str, Any]:
     blocks, block_steps = (2, 30) if quick else (5, 200)
     sizes = ("tiny",) if quick else ("large", "small")
     summary: dict[str, Any] = {
-        "machine": common.machine(), "command": common.command_line(), "device": device_name,
+        "machine": common.machine(),
+        "command": common.command_line(),
+        "device": device_name,
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "none",
-        "throughput": [throughput(s, blocks, block_steps, 50, device) for s in sizes]}
+        "throughput": [throughput(s, blocks, block_steps, 50, device) for s in sizes],
+    }
     if device.type == "cuda":
         summary["sync_check"] = [sync_check(k, 300, 50, device) for k in ("onecycle", "hdet")]
     out = common.results_dir("gpu" if device.type == "cuda" else "quick")
@@ -134,21 +155,37 @@ def run(device_name: str, quick: bool) -> dict[str, Any]:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    rows = [[t["size"], f"{t['width']} x {t['layers']} layers, batch {t['batch']}",
-             f"{t['steps_per_s']['onecycle']:.4g}", f"{t['steps_per_s']['hdet']:.4g}", f"{t['ratio']:.4f}"]
-            for t in summary["throughput"]]
-    parts = [(f"Command: `{summary['command']}`. Device: {summary['gpu']} ({summary['device']}). "
-             f"Machine: {common.machine_line(summary['machine'])}."),
-             common.table(["model", "shape", "OneCycleLR steps/s", "HDETOneCycleLR steps/s", "ratio"], rows)]
+    rows = [
+        [
+            t["size"],
+            f"{t['width']} x {t['layers']} layers, batch {t['batch']}",
+            f"{t['steps_per_s']['onecycle']:.4g}",
+            f"{t['steps_per_s']['hdet']:.4g}",
+            f"{t['ratio']:.4f}",
+        ]
+        for t in summary["throughput"]
+    ]
+    parts = [
+        (
+            f"Command: `{summary['command']}`. Device: {summary['gpu']} ({summary['device']}). "
+            f"Machine: {common.machine_line(summary['machine'])}."
+        ),
+        common.table(["model", "shape", "OneCycleLR steps/s", "HDETOneCycleLR steps/s", "ratio"], rows),
+    ]
     for c in summary.get("sync_check", []):
-        verdict = (f"no host sync in {c['checked_steps']} checked steps" if c["ok"]
-                   else f"host sync found after {c['checked_steps']} steps: {c['error']}")
+        verdict = (
+            f"no host sync in {c['checked_steps']} checked steps"
+            if c["ok"]
+            else f"host sync found after {c['checked_steps']} steps: {c['error']}"
+        )
         parts.append(f"- sync check, {c['kind']}: {verdict}")
     return "\n\n".join(parts) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu_check", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--device", default="cuda", help="'cuda' (default) or 'cpu' for a dry run")
     parser.add_argument("--quick", action="store_true", help="a few steps only (the smoke test)")
     args = parser.parse_args(argv)

@@ -27,9 +27,17 @@ def jobs() -> list[dict]:
     for label, down in CHOICES.items():
         for start, rate in STARTS.items():
             for seed in SEEDS:
-                spec = {"task": "digits", "replicas": 4, "steps": 300, "sync_every": 25, "fanout": "local",
-                        "seed": seed, "schedule": {"max_lr": rate}, "opening_spread": 10.0,
-                        "controller": {"opening_step_down": down}}
+                spec = {
+                    "task": "digits",
+                    "replicas": 4,
+                    "steps": 300,
+                    "sync_every": 25,
+                    "fanout": "local",
+                    "seed": seed,
+                    "schedule": {"max_lr": rate},
+                    "opening_spread": 10.0,
+                    "controller": {"opening_step_down": down},
+                }
                 out.append({"key": f"{label}/{start}/{seed}", "kind": "hdet", "spec": spec})
     return out
 
@@ -47,10 +55,12 @@ def main() -> int:
             mean, sd = common.mean_spread(values)
             cells.append(f"{mean:.4f} ± {sd:.4f}")
         rows.append([label, *cells])
-    text = (f"Command: `{common.command_line()}`. Machine: {common.machine_line(common.machine())}. "
-            f"digits, N = 4, 300 steps, sync every 25, local fan-out, seeds {list(SEEDS)}; final validation "
-            "loss (mean ± sd; the oracle grid's best is 0.0788).\n\n"
-            + common.table(["opening choice", *STARTS], rows))
+    text = (
+        f"Command: `{common.command_line()}`. Machine: {common.machine_line(common.machine())}. "
+        f"digits, N = 4, 300 steps, sync every 25, local fan-out, seeds {list(SEEDS)}; final validation "
+        "loss (mean ± sd; the oracle grid's best is 0.0788).\n\n"
+        + common.table(["opening choice", *STARTS], rows)
+    )
     (out / "opening.md").write_text(text + "\n")
     print(text)
     return 0

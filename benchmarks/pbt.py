@@ -61,10 +61,14 @@ def trainable(config: dict[str, Any]) -> None:
         metric = task.evaluate(model)[task.metric]
         metric = metric if math.isfinite(metric) else 1e9
         with tempfile.TemporaryDirectory() as d:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step},
-                       os.path.join(d, "state.pt"))
-            tune.report({"metric": metric, "step": step, "lr": config["lr"]},
-                        checkpoint=tune.Checkpoint.from_directory(d))
+            torch.save(
+                {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step},
+                os.path.join(d, "state.pt"),
+            )
+            tune.report(
+                {"metric": metric, "step": step, "lr": config["lr"]},
+                checkpoint=tune.Checkpoint.from_directory(d),
+            )
 
 
 def _stream(task, member: int, seed: int):
@@ -76,28 +80,39 @@ def _stream(task, member: int, seed: int):
     return task.batches(0, 1, seed * 7919 + member)  # bytelm's rank picks a shard: vary the order by seed
 
 
-def run_pbt(spec: dict[str, Any], start_lr: float, lr_range: tuple[float, float], members: int,
-            storage: str) -> dict[str, Any]:
+def run_pbt(
+    spec: dict[str, Any], start_lr: float, lr_range: tuple[float, float], members: int, storage: str
+) -> dict[str, Any]:
     """One PBT population (Ray must be initialised); returns the best trial's final metric."""
     from ray import tune
     from ray.tune.schedulers import PopulationBasedTraining
 
     started = time.perf_counter()
     scheduler = PopulationBasedTraining(
-        time_attr="training_iteration", perturbation_interval=1,
-        hyperparam_mutations={"lr": tune.loguniform(*lr_range)}, quantile_fraction=0.25,
-        resample_probability=0.25)
+        time_attr="training_iteration",
+        perturbation_interval=1,
+        hyperparam_mutations={"lr": tune.loguniform(*lr_range)},
+        quantile_fraction=0.25,
+        resample_probability=0.25,
+    )
     tuner = tune.Tuner(
         trainable,
         param_space={"spec": spec, "lr": start_lr, "member": tune.grid_search(list(range(members)))},
         tune_config=tune.TuneConfig(metric="metric", mode="min", scheduler=scheduler, reuse_actors=True),
         # every checkpoint is kept: with num_to_keep, Tune 2.60 fails deleting checkpoints PBT already replaced
-        run_config=tune.RunConfig(storage_path=storage, verbose=0))
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    )
     grid = tuner.fit()
     finals = [r.metrics.get("metric", math.nan) if r.metrics else math.nan for r in grid]
     best = grid.get_best_result(metric="metric", mode="min", scope="last")
     metric = best.metrics["metric"]
-    return {"metric": metric if metric < 1e9 else math.nan, "diverged": not metric < 1e9,
-            "member_metrics": finals, "final_lrs": [r.config["lr"] for r in grid],
-            "replica_steps": members * spec["steps"], "wall_s": time.perf_counter() - started,
-            "rollbacks": 0, "centres": []}
+    return {
+        "metric": metric if metric < 1e9 else math.nan,
+        "diverged": not metric < 1e9,
+        "member_metrics": finals,
+        "final_lrs": [r.config["lr"] for r in grid],
+        "replica_steps": members * spec["steps"],
+        "wall_s": time.perf_counter() - started,
+        "rollbacks": 0,
+        "centres": [],
+    }

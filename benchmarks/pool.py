@@ -35,8 +35,15 @@ def read_results(results_file: Path) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in rows}
 
 
-def _worker(rank: int, world: int, fn: JobFn, jobs: list[dict[str, Any]], init_file: str,
-            results_file: str, threads: int) -> None:
+def _worker(
+    rank: int,
+    world: int,
+    fn: JobFn,
+    jobs: list[dict[str, Any]],
+    init_file: str,
+    results_file: str,
+    threads: int,
+) -> None:
     import torch
     import torch.distributed as dist
 
@@ -66,4 +73,6 @@ def run_jobs(fn: JobFn, jobs: list[dict[str, Any]], world: int, results_file: Pa
     results_file.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "pg")
-        mp.spawn(_worker, args=(world, fn, todo, init_file, str(results_file), threads), nprocs=world, join=True)
+        mp.spawn(
+            _worker, args=(world, fn, todo, init_file, str(results_file), threads), nprocs=world, join=True
+        )

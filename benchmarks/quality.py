@@ -25,8 +25,7 @@ import math
 import sys
 from typing import Any
 
-from benchmarks import common
-from benchmarks import workloads
+from benchmarks import common, workloads
 from benchmarks.pool import read_results, run_jobs
 
 REPLICAS = 4
@@ -39,8 +38,14 @@ HORIZONS = {"full": {"short": 20, "long": 60}, "quick": {"short": 6}}
 """Sync windows per run (steps = windows x sync_every)."""
 SEEDS = {"full": (0, 1, 2), "quick": (0,)}
 ARMS = ("fixed", "hdet", "hold", "prodigy", "dadapt")
-ARM_NAMES = {"fixed": "fixed OneCycle (DDP)", "hdet": "HDET default", "hold": "HDET without auto-LR",
-             "prodigy": "Prodigy", "dadapt": "D-Adaptation", "pbt": "Ray Tune PBT"}
+ARM_NAMES = {
+    "fixed": "fixed OneCycle (DDP)",
+    "hdet": "HDET default",
+    "hold": "HDET without auto-LR",
+    "prodigy": "Prodigy",
+    "dadapt": "D-Adaptation",
+    "pbt": "Ray Tune PBT",
+}
 
 
 def rate(workload: str, k: int) -> float:
@@ -50,9 +55,14 @@ def rate(workload: str, k: int) -> float:
 def job(workload: str, horizon: str, mode: str, seed: int, arm: str, k: int | None) -> dict[str, Any]:
     sync = SYNC_EVERY[mode][workload]
     steps = HORIZONS[mode][horizon] * sync
-    out: dict[str, Any] = {"key": f"{workload}/{horizon}/{seed}/{arm}/{'' if k is None else k}",
-                           "workload": workload, "steps": steps, "sync_every": sync, "seed": seed,
-                           "validate_every_window": arm in ("hdet", "hold")}
+    out: dict[str, Any] = {
+        "key": f"{workload}/{horizon}/{seed}/{arm}/{'' if k is None else k}",
+        "workload": workload,
+        "steps": steps,
+        "sync_every": sync,
+        "seed": seed,
+        "validate_every_window": arm in ("hdet", "hold"),
+    }
     if arm in ("prodigy", "dadapt"):
         return {**out, "arm": "lrfree", "optimizer": arm, "max_lr": 1.0}
     assert k is not None
@@ -62,26 +72,38 @@ def job(workload: str, horizon: str, mode: str, seed: int, arm: str, k: int | No
     return out
 
 
-def oracle_index(results: dict[str, dict[str, Any]], workload: str, horizon: str, seeds: tuple[int, ...]) -> int:
+def oracle_index(
+    results: dict[str, dict[str, Any]], workload: str, horizon: str, seeds: tuple[int, ...]
+) -> int:
     def score(k: int) -> float:
         vals = [results[f"{workload}/{horizon}/{s}/fixed/{k}"]["metric"] for s in seeds]
         return sum(v if math.isfinite(v) else math.inf for v in vals) / len(vals)
+
     return min(GRID, key=score)
 
 
 def run_cell(mode: str, workload: str, horizon: str, seeds: tuple[int, ...], pbt: bool) -> int:
     results_file = common.results_dir(mode) / "quality_runs.jsonl"
     print(f"[quality] {workload}/{horizon}: grid", flush=True)
-    run_jobs(workloads.run, [job(workload, horizon, mode, s, "fixed", k) for s in seeds for k in GRID], REPLICAS,
-             results_file)
+    run_jobs(
+        workloads.run,
+        [job(workload, horizon, mode, s, "fixed", k) for s in seeds for k in GRID],
+        REPLICAS,
+        results_file,
+    )
     best = oracle_index(read_results(results_file), workload, horizon, seeds)
-    print(f"[quality] {workload}/{horizon}: oracle rate {rate(workload, best):.3g}; the other arms", flush=True)
+    print(
+        f"[quality] {workload}/{horizon}: oracle rate {rate(workload, best):.3g}; the other arms", flush=True
+    )
     jobs = []
     for s in seeds:
         for shift in STARTS.values():
             k = best + shift
-            jobs += [job(workload, horizon, mode, s, arm, k) for arm in ("fixed", "hdet", "hold")
-                     if not (arm == "fixed" and k in GRID)]
+            jobs += [
+                job(workload, horizon, mode, s, arm, k)
+                for arm in ("fixed", "hdet", "hold")
+                if not (arm == "fixed" and k in GRID)
+            ]
         jobs += [job(workload, horizon, mode, s, arm, None) for arm in ("prodigy", "dadapt")]
     run_jobs(workloads.run, jobs, REPLICAS, results_file)
     if pbt:
@@ -91,9 +113,14 @@ def run_cell(mode: str, workload: str, horizon: str, seeds: tuple[int, ...], pbt
     return best
 
 
-def run_benchmark(mode: str, only: tuple[str, ...] | None = None, horizons: tuple[str, ...] | None = None,
-                  seeds: tuple[int, ...] | None = None, pbt: bool = False, report_only: bool = False
-                  ) -> dict[str, Any]:
+def run_benchmark(
+    mode: str,
+    only: tuple[str, ...] | None = None,
+    horizons: tuple[str, ...] | None = None,
+    seeds: tuple[int, ...] | None = None,
+    pbt: bool = False,
+    report_only: bool = False,
+) -> dict[str, Any]:
     """Run what is missing of the selected cells, then report every cell whose oracle grid is complete."""
     seeds = seeds or SEEDS[mode]
     if not report_only:
@@ -110,17 +137,28 @@ def summarize(mode: str, seeds: tuple[int, ...]) -> dict[str, Any]:
 
     out = common.results_dir(mode)
     results = read_results(out / "quality_runs.jsonl")
-    summary: dict[str, Any] = {"machine": common.machine(), "command": common.command_line(), "mode": mode,
-                               "seeds": list(seeds), "replicas": REPLICAS, "cells": {}}
+    summary: dict[str, Any] = {
+        "machine": common.machine(),
+        "command": common.command_line(),
+        "mode": mode,
+        "seeds": list(seeds),
+        "replicas": REPLICAS,
+        "cells": {},
+    }
     for workload in CENTRE:
         for horizon in HORIZONS[mode]:
             if not all(f"{workload}/{horizon}/{s}/fixed/{k}" in results for s in seeds for k in GRID):
                 continue
             best = oracle_index(results, workload, horizon, seeds)
             summary["cells"][f"{workload}/{horizon}"] = {
-                "workload": workload, "horizon": horizon, "windows": HORIZONS[mode][horizon],
-                "sync_every": SYNC_EVERY[mode][workload], "oracle_k": best, "oracle_rate": rate(workload, best),
-                "grid": [rate(workload, k) for k in GRID]}
+                "workload": workload,
+                "horizon": horizon,
+                "windows": HORIZONS[mode][horizon],
+                "sync_every": SYNC_EVERY[mode][workload],
+                "oracle_k": best,
+                "oracle_rate": rate(workload, best),
+                "grid": [rate(workload, k) for k in GRID],
+            }
     summary["runs"] = {k: {x: v for x, v in r.items() if x != "records"} for k, r in results.items()}
     common.write_json(out / "quality.json", summary)
     report(summary, out)
@@ -141,9 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pbt", action="store_true", help="also run Ray Tune PBT from the mis-set starts")
     parser.add_argument("--report-only", action="store_true", help="rebuild the tables from stored runs")
     args = parser.parse_args(argv)
-    run_benchmark("quick" if args.quick else "full", tuple(args.only) if args.only else None,
-                  tuple(args.horizons) if args.horizons else None, tuple(args.seeds) if args.seeds else None,
-                  pbt=args.pbt, report_only=args.report_only)
+    run_benchmark(
+        "quick" if args.quick else "full",
+        tuple(args.only) if args.only else None,
+        tuple(args.horizons) if args.horizons else None,
+        tuple(args.seeds) if args.seeds else None,
+        pbt=args.pbt,
+        report_only=args.report_only,
+    )
     return 0
 
 

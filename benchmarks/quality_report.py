@@ -11,8 +11,14 @@ from benchmarks import common
 START_SHIFTS = {"10x too low": -2, "oracle's rate": 0, "10x too high": 2}
 STARTED = ("fixed", "hdet", "hold", "pbt")
 LRFREE = ("prodigy", "dadapt")
-NAMES = {"fixed": "fixed OneCycle (DDP)", "hdet": "HDET default", "hold": "HDET without auto-LR",
-         "pbt": "Ray Tune PBT", "prodigy": "Prodigy", "dadapt": "D-Adaptation"}
+NAMES = {
+    "fixed": "fixed OneCycle (DDP)",
+    "hdet": "HDET default",
+    "hold": "HDET without auto-LR",
+    "pbt": "Ray Tune PBT",
+    "prodigy": "Prodigy",
+    "dadapt": "D-Adaptation",
+}
 
 
 class Cell:
@@ -63,8 +69,9 @@ def cell_table(c: Cell) -> str:
     rows = []
     for start, shift in START_SHIFTS.items():
         rows.append([f"{start} ({_rate(c, shift):.3g})"] + [c.cell(arm, shift) for arm in STARTED])
-    rows.append(["no rate (LR-free): Prodigy / D-Adaptation", c.cell("prodigy", None), c.cell("dadapt", None),
-                 "", ""])
+    rows.append(
+        ["no rate (LR-free): Prodigy / D-Adaptation", c.cell("prodigy", None), c.cell("dadapt", None), "", ""]
+    )
     return common.table(["start (max rate)"] + [NAMES[a] for a in STARTED], rows)
 
 
@@ -73,8 +80,14 @@ def grid_table(c: Cell) -> str:
     for k, r in enumerate(c.info["grid"]):
         vals = [c.runs.get(f"{c.name}/{s}/fixed/{k}", {}).get("metric", math.nan) for s in c.seeds]
         m, sd = common.mean_spread(vals)
-        rows.append([f"{r:.3g}", common.fmt_ms(m, sd) if math.isfinite(m) else "dead/NaN",
-                     f"{m / c.oracle:.3f}" if math.isfinite(m) else "—", "oracle" if k == c.best else ""])
+        rows.append(
+            [
+                f"{r:.3g}",
+                common.fmt_ms(m, sd) if math.isfinite(m) else "dead/NaN",
+                f"{m / c.oracle:.3f}" if math.isfinite(m) else "—",
+                "oracle" if k == c.best else "",
+            ]
+        )
     return common.table(["max rate", "final metric (mean ± sd)", "/ oracle", ""], rows)
 
 
@@ -82,17 +95,33 @@ def headline_table(cells: list[Cell]) -> str:
     rows = []
     for c in cells:
         for start, shift in START_SHIFTS.items():
-            rows.append([c.info["workload"], f"{c.info['windows']}", start, c.cell("fixed", shift),
-                         c.cell("hdet", shift), c.cell("hold", shift)])
-        rows.append([c.info["workload"], f"{c.info['windows']}", "LR-free (no rate)",
-                     f"Prodigy {c.cell('prodigy', None)}", f"D-Adaptation {c.cell('dadapt', None)}", ""])
+            rows.append(
+                [
+                    c.info["workload"],
+                    f"{c.info['windows']}",
+                    start,
+                    c.cell("fixed", shift),
+                    c.cell("hdet", shift),
+                    c.cell("hold", shift),
+                ]
+            )
+        rows.append(
+            [
+                c.info["workload"],
+                f"{c.info['windows']}",
+                "LR-free (no rate)",
+                f"Prodigy {c.cell('prodigy', None)}",
+                f"D-Adaptation {c.cell('dadapt', None)}",
+                "",
+            ]
+        )
     return common.table(["workload", "windows", "start", NAMES["fixed"], NAMES["hdet"], NAMES["hold"]], rows)
 
 
 def targets(c: Cell) -> list[list[str]]:
     """The issue's targets for one cell, each with what was measured and a verdict."""
     out = []
-    m, sd, n = c.stat("hdet", 0)
+    m, _sd, n = c.stat("hdet", 0)
     if n:
         out.append([c.name, "at the oracle's rate: HDET <= 1.01x", f"{m:.3f}", _verdict(m <= 1.01)])
     for start, shift in START_SHIFTS.items():
@@ -100,18 +129,28 @@ def targets(c: Cell) -> list[list[str]]:
         fm, fsd, fn = c.stat("fixed", shift)
         if hn and fn:
             slack = max(x for x in (hsd, fsd, 0.0) if math.isfinite(x))
-            out.append([c.name, f"{start}: HDET no worse than fixed by > 1 sd", f"{hm:.3f} vs {fm:.3f} (sd {slack:.3f})",
-                        _verdict(hm <= fm + slack)])
+            out.append(
+                [
+                    c.name,
+                    f"{start}: HDET no worse than fixed by > 1 sd",
+                    f"{hm:.3f} vs {fm:.3f} (sd {slack:.3f})",
+                    _verdict(hm <= fm + slack),
+                ]
+            )
     bound = 1.10 if c.info["windows"] < 60 else 1.05
     for start in ("10x too low", "10x too high"):
         hm, _, hn = c.stat("hdet", START_SHIFTS[start])
         if hn:
             out.append([c.name, f"{start}: HDET <= {bound:.2f}x", f"{hm:.3f}", _verdict(hm <= bound)])
-            rivals = [(NAMES[a], c.stat(a, None if a in LRFREE else START_SHIFTS[start])[0])
-                      for a in ("prodigy", "dadapt", "pbt")]
+            rivals = [
+                (NAMES[a], c.stat(a, None if a in LRFREE else START_SHIFTS[start])[0])
+                for a in ("prodigy", "dadapt", "pbt")
+            ]
             for name, rm in rivals:
                 if math.isfinite(rm) or math.isinf(rm):
-                    out.append([c.name, f"{start}: HDET ahead of {name}", f"{hm:.3f} vs {rm:.3f}", _verdict(hm < rm)])
+                    out.append(
+                        [c.name, f"{start}: HDET ahead of {name}", f"{hm:.3f} vs {rm:.3f}", _verdict(hm < rm)]
+                    )
     return out
 
 
@@ -132,10 +171,20 @@ def plot(c: Cell, path: Path) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     grid = c.info["grid"]
-    stats = [common.mean_spread([c.runs.get(f"{c.name}/{s}/fixed/{k}", {}).get("metric", math.nan)
-                                 for s in c.seeds]) for k in range(len(grid))]
-    left.errorbar(grid, [m for m, _ in stats], yerr=[sd for _, sd in stats], marker="o", color="black",
-                  label=NAMES["fixed"])
+    stats = [
+        common.mean_spread(
+            [c.runs.get(f"{c.name}/{s}/fixed/{k}", {}).get("metric", math.nan) for s in c.seeds]
+        )
+        for k in range(len(grid))
+    ]
+    left.errorbar(
+        grid,
+        [m for m, _ in stats],
+        yerr=[sd for _, sd in stats],
+        marker="o",
+        color="black",
+        label=NAMES["fixed"],
+    )
     for arm, marker in (("hdet", "s"), ("hold", "^"), ("pbt", "v")):
         xs, ys = [], []
         for shift in START_SHIFTS.values():
@@ -162,8 +211,13 @@ def plot(c: Cell, path: Path) -> None:
             r = c.runs.get(f"{c.name}/{s}/hdet/{c.best + shift}")
             if r and r.get("centres"):
                 start = _rate(c, shift)
-                right.plot(range(1, len(r["centres"]) + 1), [start * x for x in r["centres"]], color=color,
-                           alpha=0.7, label=f"start {start:.2g}" if s == c.seeds[0] else None)
+                right.plot(
+                    range(1, len(r["centres"]) + 1),
+                    [start * x for x in r["centres"]],
+                    color=color,
+                    alpha=0.7,
+                    label=f"start {start:.2g}" if s == c.seeds[0] else None,
+                )
     right.axhline(c.info["oracle_rate"], color="black", linestyle="--", label="oracle rate")
     right.set_yscale("log")
     right.set_xlabel("window")
@@ -180,18 +234,25 @@ def report(summary: dict[str, Any], out: Path) -> str:
     img_dir = common.IMAGES if summary["mode"] == "full" else out / "img"
     machine = common.machine_line(summary["machine"])
     cells = [Cell(name, info, summary["runs"], summary["seeds"]) for name, info in summary["cells"].items()]
-    lead = (f"Command: `{summary['command']}`. Machine: {machine}. Seeds {summary['seeds']}, N = "
-            f"{summary['replicas']} gloo processes, the same steps for every method. Cells: final validation "
-            "metric / the oracle's (the best fixed rate of the grid, mean over seeds), mean ± sd over seeds; "
-            "lower is better, 1.05 = 5% worse.")
+    lead = (
+        f"Command: `{summary['command']}`. Machine: {machine}. Seeds {summary['seeds']}, N = "
+        f"{summary['replicas']} gloo processes, the same steps for every method. Cells: final validation "
+        "metric / the oracle's (the best fixed rate of the grid, mean over seeds), mean ± sd over seeds; "
+        "lower is better, 1.05 = 5% worse."
+    )
     (out / "headline.md").write_text(lead + "\n\n" + headline_table(cells) + "\n")
     parts, target_rows = [lead], []
     for c in cells:
         img = img_dir / f"quality_{c.name.replace('/', '_')}.png"
         plot(c, img)
-        parts += [f"### {c.name}: {c.info['windows']} windows of {c.info['sync_every']} steps",
-                  "Oracle grid (fixed OneCycle, DDP):", grid_table(c), "From each start:", cell_table(c),
-                  f"![{c.name}](img/{img.name})"]
+        parts += [
+            f"### {c.name}: {c.info['windows']} windows of {c.info['sync_every']} steps",
+            "Oracle grid (fixed OneCycle, DDP):",
+            grid_table(c),
+            "From each start:",
+            cell_table(c),
+            f"![{c.name}](img/{img.name})",
+        ]
         target_rows += targets(c)
     parts += ["### Targets", common.table(["cell", "target", "measured", "verdict"], target_rows)]
     text = "\n\n".join(parts) + "\n"

@@ -35,8 +35,14 @@ def _fixed(rank: int, world: int, spec: JobSpec) -> dict[str, Any]:
     ddp = DistributedDataParallel(model)
     optimizer = make_optimizer(spec, model)
     s = spec.schedule
-    scheduler = OneCycleLR(optimizer, max_lr=s.max_lr, total_steps=spec.steps, pct_start=s.pct_start,
-                           div_factor=s.div_factor, final_div_factor=s.final_div_factor)
+    scheduler = OneCycleLR(
+        optimizer,
+        max_lr=s.max_lr,
+        total_steps=spec.steps,
+        pct_start=s.pct_start,
+        div_factor=s.div_factor,
+        final_div_factor=s.final_div_factor,
+    )
     batches = task.batches(rank, world, spec.seed)
     for _ in range(spec.steps):
         loss = task.loss(ddp, next(batches))
@@ -59,10 +65,13 @@ def _hdet(rank: int, world: int, spec: JobSpec) -> dict[str, Any]:
         replica.scheduler.close()
     metric = replica.evaluate()[replica.task.metric] if rank == 0 else math.nan
     records = replica.scheduler.records
-    return {"metric": metric, "diverged": diverged or not math.isfinite(metric),
-            "rollbacks": sum(r.rollback for r in records),
-            # the controller's max-rate multiplier after each window (1 = the rate the run started at)
-            "centres": [math.exp(r.params["lr"].new_offset) for r in records]}
+    return {
+        "metric": metric,
+        "diverged": diverged or not math.isfinite(metric),
+        "rollbacks": sum(r.rollback for r in records),
+        # the controller's max-rate multiplier after each window (1 = the rate the run started at)
+        "centres": [math.exp(r.params["lr"].new_offset) for r in records],
+    }
 
 
 def torch_threads() -> None:

@@ -26,8 +26,10 @@ from hdet_ray.core.records import WindowRecord, draft_record
 from hdet_ray.core.spread import coordinates, log_spread
 
 SIZES = (8, 16, 64, 256, 1024)
-ACTOR_NOTE = ("the job's controller actor, `hdet_ray.ray.actor.ControllerActor` (decide, complete the record, "
-              "append it to trajectory.jsonl; no service configured), called as rank 0 calls it")
+ACTOR_NOTE = (
+    "the job's controller actor, `hdet_ray.ray.actor.ControllerActor` (decide, complete the record, "
+    "append it to trajectory.jsonl; no service configured), called as rank 0 calls it"
+)
 
 
 def synthetic(n: int, window: int = 5, seed: int = 0) -> tuple[Window, WindowRecord]:
@@ -36,12 +38,29 @@ def synthetic(n: int, window: int = 5, seed: int = 0) -> tuple[Window, WindowRec
     rng.shuffle(mults)
     losses = tuple(2.0 + 0.1 * math.log(m) ** 2 + rng.gauss(0, 0.01) for m in mults)
     base = 1e-3
-    params = {"lr": ParamWindow(scale="log", base=base, offset=0.0, coords=tuple(coordinates(mults, "log")),
-                                values=tuple(base * m for m in mults))}
-    w = Window(window=window, step=(window + 1) * 50, total_steps=100_000, losses=losses,
-               healthy=(True,) * n, params=params)
-    stats = [ReplicaStats(mean_loss=x, first_loss=x + 0.1, tail_loss=x, min_loss=x - 0.05, params_finite=True,
-                          count=50) for x in losses]
+    params = {
+        "lr": ParamWindow(
+            scale="log",
+            base=base,
+            offset=0.0,
+            coords=tuple(coordinates(mults, "log")),
+            values=tuple(base * m for m in mults),
+        )
+    }
+    w = Window(
+        window=window,
+        step=(window + 1) * 50,
+        total_steps=100_000,
+        losses=losses,
+        healthy=(True,) * n,
+        params=params,
+    )
+    stats = [
+        ReplicaStats(
+            mean_loss=x, first_loss=x + 0.1, tail_loss=x, min_loss=x - 0.05, params_finite=True, count=50
+        )
+        for x in losses
+    ]
     return w, draft_record(w, stats, {}, {"lr": list(mults)}, losses[0] + 0.1)
 
 
@@ -105,8 +124,15 @@ def projection_table(params: float = 1e9, replicas: int = 1000) -> str:
     rows = []
     for t in (50, 1000):
         p = projected_bytes(params, replicas, t)
-        rows.append([t, f"{p['ddp'] / 1e9:.3g}", f"{p['shared_grad'] / 1e9:.3g}", f"{p['local'] / 1e9:.3g}",
-                     f"{p['local'] / p['ddp']:.3g}"])
+        rows.append(
+            [
+                t,
+                f"{p['ddp'] / 1e9:.3g}",
+                f"{p['shared_grad'] / 1e9:.3g}",
+                f"{p['local'] / 1e9:.3g}",
+                f"{p['local'] / p['ddp']:.3g}",
+            ]
+        )
     return common.table(["sync every", "DDP GB/step/worker", "shared_grad", "local", "local / DDP"], rows)
 
 
@@ -114,7 +140,11 @@ def run(mode: str, use_ray: bool = True) -> dict[str, Any]:
     repeats = 200 if mode == "full" else 30
     rows = []
     for n in SIZES:
-        row = {"replicas": n, "slope_s": decide_s("slope", n, repeats), "paper_s": decide_s("paper", n, repeats)}
+        row = {
+            "replicas": n,
+            "slope_s": decide_s("slope", n, repeats),
+            "paper_s": decide_s("paper", n, repeats),
+        }
         rows.append(row)
     if use_ray:
         import ray
@@ -126,8 +156,13 @@ def run(mode: str, use_ray: bool = True) -> dict[str, Any]:
                     row["actor_s"] = actor_decide_s(row["replicas"], repeats=max(20, repeats // 4))
             finally:
                 ray.shutdown()
-    summary = {"machine": common.machine(), "command": common.command_line(), "mode": mode, "rows": rows,
-               "actor": ACTOR_NOTE}
+    summary = {
+        "machine": common.machine(),
+        "command": common.command_line(),
+        "mode": mode,
+        "rows": rows,
+        "actor": ACTOR_NOTE,
+    }
     out = common.results_dir(mode)
     common.write_json(out / "scale.json", summary)
     (out / "scale.md").write_text(markdown(summary))
@@ -135,28 +170,60 @@ def run(mode: str, use_ray: bool = True) -> dict[str, Any]:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    rows = [[r["replicas"], f"{r['slope_s'] * 1e3:.3g}", f"{r['paper_s'] * 1e3:.3g}",
-             f"{r['actor_s'] * 1e3:.3g}" if "actor_s" in r else "not measured"] for r in summary["rows"]]
-    return "\n\n".join([
-        (f"Command: `{summary['command']}`. Machine: {common.machine_line(summary['machine'])}. "
-        f"Synthetic windows; median of repeated decisions. Actor: {summary['actor']}."),
-        common.table(["N replicas", "slope decide (ms, in-process)", "paper decide (ms)",
-                      "Ray actor round trip incl. record + JSON line (ms)"], rows),
-        ("Projected traffic per worker per step at N = 1,000 GPUs, a 1B-parameter model, fp32, ring all-reduce, "
-        "AdamW moments averaged at each sync (`projected_bytes` in benchmarks/scale.py):"),
-        projection_table(),
-        common.table(["target", "measured", "verdict"], scale_targets(summary))]) + "\n"
+    rows = [
+        [
+            r["replicas"],
+            f"{r['slope_s'] * 1e3:.3g}",
+            f"{r['paper_s'] * 1e3:.3g}",
+            f"{r['actor_s'] * 1e3:.3g}" if "actor_s" in r else "not measured",
+        ]
+        for r in summary["rows"]
+    ]
+    return (
+        "\n\n".join(
+            [
+                (
+                    f"Command: `{summary['command']}`. Machine: {common.machine_line(summary['machine'])}. "
+                    f"Synthetic windows; median of repeated decisions. Actor: {summary['actor']}."
+                ),
+                common.table(
+                    [
+                        "N replicas",
+                        "slope decide (ms, in-process)",
+                        "paper decide (ms)",
+                        "Ray actor round trip incl. record + JSON line (ms)",
+                    ],
+                    rows,
+                ),
+                (
+                    "Projected traffic per worker per step at N = 1,000 GPUs, a 1B-parameter model, fp32, ring all-reduce, "
+                    "AdamW moments averaged at each sync (`projected_bytes` in benchmarks/scale.py):"
+                ),
+                projection_table(),
+                common.table(["target", "measured", "verdict"], scale_targets(summary)),
+            ]
+        )
+        + "\n"
+    )
 
 
 def scale_targets(summary: dict[str, Any]) -> list[list[str]]:
     top = max(summary["rows"], key=lambda r: r["replicas"])
     rows = []
-    for key, label in (("slope_s", "slope, in-process"), ("paper_s", "paper, in-process"),
-                       ("actor_s", "slope, Ray actor round trip")):
+    for key, label in (
+        ("slope_s", "slope, in-process"),
+        ("paper_s", "paper, in-process"),
+        ("actor_s", "slope, Ray actor round trip"),
+    ):
         if key in top:
             ms = top[key] * 1e3
-            rows.append([f"decision time < 10 ms at N = {top['replicas']} ({label})", f"{ms:.3g} ms",
-                         "met" if ms < 10 else "missed"])
+            rows.append(
+                [
+                    f"decision time < 10 ms at N = {top['replicas']} ({label})",
+                    f"{ms:.3g} ms",
+                    "met" if ms < 10 else "missed",
+                ]
+            )
     return rows
 
 

@@ -45,31 +45,49 @@ def plot(row: dict[str, Any], path: Path, param: str = "lr") -> Path:
     rates.plot(windows, centre, color="black", linewidth=2, label="centre after the decision")
     n = len(records[0]["losses"])
     for rank in range(n):
-        mults = [math.exp(r["params"][param]["offset"]) * r["params"][param]["multipliers"][rank] for r in records]
+        mults = [
+            math.exp(r["params"][param]["offset"]) * r["params"][param]["multipliers"][rank] for r in records
+        ]
         rates.plot(windows, mults, linestyle="none", marker=".", alpha=0.6, label=f"replica {rank}")
     rates.set_yscale("log")
     rates.set_ylabel(f"{param} / the start's")
     rates.set_title(f"{row['key']}: final metric {row.get('metric', math.nan):.4g}")
     for rank in range(n):
-        losses.plot(windows, [r["losses"][rank] if r["losses"][rank] is not None else math.nan for r in records],
-                    marker=".", alpha=0.7, label=f"replica {rank}")
+        losses.plot(
+            windows,
+            [r["losses"][rank] if r["losses"][rank] is not None else math.nan for r in records],
+            marker=".",
+            alpha=0.7,
+            label=f"replica {rank}",
+        )
     reasons: dict[str, list[tuple[int, float]]] = {}
     for r in records:
         for rank, why in r.get("reasons", {}).items():
             loss = r["losses"][int(rank)]
             reasons.setdefault(why.split(" (")[0], []).append(
-                (r["window"], loss if loss is not None and math.isfinite(loss) else r.get("start_loss", 1.0)))
+                (r["window"], loss if loss is not None and math.isfinite(loss) else r.get("start_loss", 1.0))
+            )
     for why, points in reasons.items():
-        losses.plot([w for w, _ in points], [v for _, v in points], "x", color="red", markersize=9,
-                    label=f"excluded: {why} ({len(points)})")
+        losses.plot(
+            [w for w, _ in points],
+            [v for _, v in points],
+            "x",
+            color="red",
+            markersize=9,
+            label=f"excluded: {why} ({len(points)})",
+        )
     for r in records:
         if r.get("rollback"):
             for ax in (rates, losses, metric):
                 ax.axvline(r["window"], color="red", alpha=0.4)
     losses.set_yscale("log")
     losses.set_ylabel("window mean training loss")
-    values = [(r["window"], v) for r in records for k, v in r.get("metrics", {}).items()
-              if k not in ("elapsed_s",) and isinstance(v, (int, float))]
+    values = [
+        (r["window"], v)
+        for r in records
+        for k, v in r.get("metrics", {}).items()
+        if k not in ("elapsed_s",) and isinstance(v, (int, float))
+    ]
     if values:
         metric.plot([w for w, _ in values], [v for _, v in values], marker="o", color="tab:purple")
     metric.set_ylabel("validation metric (converged)")
@@ -84,7 +102,9 @@ def plot(row: dict[str, Any], path: Path, param: str = "lr") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.trajectory", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.trajectory", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("key", help="the run's key, e.g. mlp/short/0/hdet/6")
     parser.add_argument("--results", type=Path, default=common.RESULTS / "full" / "quality_runs.jsonl")
     parser.add_argument("--out", type=Path, help="the PNG (default: trajectory_<key>.png here)")

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import OneCycleLR
@@ -40,9 +39,16 @@ class DigitsCNN(Digits):
             c = self.channels
             return nn.Sequential(
                 nn.Unflatten(1, (1, 8, 8)),
-                nn.Conv2d(1, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(),
-                nn.Conv2d(c, 2 * c, 3, padding=1), nn.BatchNorm2d(2 * c), nn.ReLU(), nn.MaxPool2d(2),
-                nn.Flatten(), nn.Linear(2 * c * 16, 10))
+                nn.Conv2d(1, c, 3, padding=1),
+                nn.BatchNorm2d(c),
+                nn.ReLU(),
+                nn.Conv2d(c, 2 * c, 3, padding=1),
+                nn.BatchNorm2d(2 * c),
+                nn.ReLU(),
+                nn.MaxPool2d(2),
+                nn.Flatten(),
+                nn.Linear(2 * c * 16, 10),
+            )
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,11 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
     raise ValueError(f"unknown optimizer {kind!r}")
 
 
-TASKS = {"mlp": (Digits, {}, "sgd"), "cnn": (DigitsCNN, {}, "adam"),
-         "lm": (ByteLM, {"context": 32, "dim": 32, "heads": 2, "val_bytes": 16_384}, "adamw")}
+TASKS = {
+    "mlp": (Digits, {}, "sgd"),
+    "cnn": (DigitsCNN, {}, "adam"),
+    "lm": (ByteLM, {"context": 32, "dim": 32, "heads": 2, "val_bytes": 16_384}, "adamw"),
+}
 
 
 def build(name: str) -> tuple[Task, str]:
@@ -101,8 +110,15 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         from hdet_ray import HDETDivergedError, HDETOneCycleLR
 
         net = model
-        hdet = HDETOneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps, sync_every=job["sync_every"],
-                              model=model, seed=seed, **job.get("hdet", {}))
+        hdet = HDETOneCycleLR(
+            optimizer,
+            max_lr=job["max_lr"],
+            total_steps=steps,
+            sync_every=job["sync_every"],
+            model=model,
+            seed=seed,
+            **job.get("hdet", {}),
+        )
         scheduler = hdet
     else:
         net = DistributedDataParallel(model) if world > 1 else model
@@ -131,8 +147,11 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         if hdet is not None:
             hdet.close()
     metric = task.evaluate(model)[task.metric] if rank == 0 else math.nan
-    out: dict[str, Any] = {"metric": metric, "diverged": diverged or not math.isfinite(metric),
-                           "wall_s": time.perf_counter() - started}
+    out: dict[str, Any] = {
+        "metric": metric,
+        "diverged": diverged or not math.isfinite(metric),
+        "wall_s": time.perf_counter() - started,
+    }
     if hdet is not None:
         out["records"] = [r.to_dict() for r in hdet.records]
         out["centres"] = [math.exp(r.params["lr"].new_offset) for r in hdet.records]

@@ -42,8 +42,10 @@ LABEL_MAX = 128
 def check_label(value: str, what: str = "name") -> str:
     """A name is a label, never a path: letters, digits, '.', '_', '-', no '..', at most LABEL_MAX chars."""
     if not (0 < len(value) <= LABEL_MAX and LABEL_CHARS.fullmatch(value) and ".." not in value):
-        raise ValueError(f"{what}: {value[:80]!r} is not a valid name: use 1 to {LABEL_MAX} letters, digits, "
-                         "'.', '_' or '-', starting with a letter or digit, without '..' or '/'")
+        raise ValueError(
+            f"{what}: {value[:80]!r} is not a valid name: use 1 to {LABEL_MAX} letters, digits, "
+            "'.', '_' or '-', starting with a letter or digit, without '..' or '/'"
+        )
     return value
 
 
@@ -136,11 +138,19 @@ class Explore(_Model):
     """One explored hyperparameter (see `hdet_ray.core.hyperparams.HyperParam`)."""
 
     name: str = Field("lr", min_length=1, max_length=64)
-    target: str = Field(core_default(HyperParam, "target"), min_length=1, max_length=128,
-                        description="'lr', 'group:<key>' or 'module:<Class>.<attr>'")
+    target: str = Field(
+        core_default(HyperParam, "target"),
+        min_length=1,
+        max_length=128,
+        description="'lr', 'group:<key>' or 'module:<Class>.<attr>'",
+    )
     spread: Literal["log_mean1", "log", "linear"] = core_default(HyperParam, "spread")
-    size: float = Field(core_default(HyperParam, "size"), ge=0, le=1000,
-                        description="log: factor >= 1; linear: alpha in [0, 1)")
+    size: float = Field(
+        core_default(HyperParam, "size"),
+        ge=0,
+        le=1000,
+        description="log: factor >= 1; linear: alpha in [0, 1)",
+    )
     scale: Literal["log", "linear"] = core_default(HyperParam, "scale")
     bounds: tuple[float, float] | None = None
     groups: list[Int] | None = None
@@ -151,9 +161,15 @@ class Explore(_Model):
         return self
 
     def to_hyperparam(self) -> HyperParam:
-        return HyperParam(name=self.name, target=self.target, spread=self.spread, size=self.size,
-                          scale=self.scale, bounds=self.bounds,
-                          groups=tuple(self.groups) if self.groups is not None else None)
+        return HyperParam(
+            name=self.name,
+            target=self.target,
+            spread=self.spread,
+            size=self.size,
+            scale=self.scale,
+            bounds=self.bounds,
+            groups=tuple(self.groups) if self.groups is not None else None,
+        )
 
 
 class ControllerSpec(_Model):
@@ -179,8 +195,11 @@ class ControllerSpec(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> ControllerSpec:
-        only = {"slope": ("clip", "trust_windows"), "paper": ("temperature",),
-                "evidence": ("z_threshold", "evidence_windows", "max_step", "bias_aware", "shard_correction")}
+        only = {
+            "slope": ("clip", "trust_windows"),
+            "paper": ("temperature",),
+            "evidence": ("z_threshold", "evidence_windows", "max_step", "bias_aware", "shard_correction"),
+        }
         for owner, names in only.items():
             given = [n for n in names if getattr(self, n) is not None]
             if self.name != owner and given:
@@ -201,7 +220,8 @@ class Health(_Model):
 
     blowup_factor: float = Field(core_default(HealthConfig, "blowup_factor"), gt=1)
     chance_loss: float | Literal["auto"] | None = Field(
-        "auto", description="'auto': the task's chance loss; null: no chance check")
+        "auto", description="'auto': the task's chance loss; null: no chance check"
+    )
     chance_tolerance: float = Field(core_default(HealthConfig, "chance_tolerance"), ge=0, lt=1)
     chance_margin: float = Field(core_default(HealthConfig, "chance_margin"), ge=0, lt=1)
     blowup_progress: float = Field(core_default(HealthConfig, "blowup_progress"), ge=0, le=1)
@@ -215,9 +235,13 @@ class Health(_Model):
 
     def to_config(self, task_chance: float | None) -> HealthConfig:
         chance = task_chance if self.chance_loss == "auto" else self.chance_loss
-        return HealthConfig(blowup_factor=self.blowup_factor, chance_loss=chance,
-                            chance_tolerance=self.chance_tolerance, chance_margin=self.chance_margin,
-                            blowup_progress=self.blowup_progress)
+        return HealthConfig(
+            blowup_factor=self.blowup_factor,
+            chance_loss=chance,
+            chance_tolerance=self.chance_tolerance,
+            chance_margin=self.chance_margin,
+            blowup_progress=self.blowup_progress,
+        )
 
 
 class ServiceLink(_Model):
@@ -231,8 +255,9 @@ class ServiceLink(_Model):
     job_id: str = Field(..., min_length=1, max_length=128)
     token: str | None = Field(None, min_length=1, max_length=512, description="The token itself.")
     token_file: str | None = Field(None, min_length=1, max_length=4096, description="A file holding it.")
-    token_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]{0,127}$",
-                                  description="An environment variable holding it.")
+    token_env: str | None = Field(
+        None, pattern=r"^[A-Z_][A-Z0-9_]{0,127}$", description="An environment variable holding it."
+    )
 
     @model_validator(mode="after")
     def _one_token(self) -> ServiceLink:
@@ -255,10 +280,17 @@ class JobSpec(Document):
 
     _what: ClassVar[str] = "job spec"
 
-    name: str | None = Field(None, description="A label for people (the run's folder under storage_path); "
-                             "letters, digits, '.', '_', '-', at most 128.")
-    task: str = Field("digits", min_length=1, max_length=256,
-                      description="A registered task ('digits', 'bytelm') or 'module:function'.")
+    name: str | None = Field(
+        None,
+        description="A label for people (the run's folder under storage_path); "
+        "letters, digits, '.', '_', '-', at most 128.",
+    )
+    task: str = Field(
+        "digits",
+        min_length=1,
+        max_length=256,
+        description="A registered task ('digits', 'bytelm') or 'module:function'.",
+    )
     task_options: dict[str, Any] = Field(default_factory=dict)
     replicas: Int = Field(4, ge=1, le=1024, description="N, one Ray Train worker (and rank) per replica.")
     use_gpu: bool = False
@@ -273,7 +305,8 @@ class JobSpec(Document):
     controller: ControllerSpec = Field(default_factory=ControllerSpec)
     opening_spread: float | None = Field(None, ge=1, le=1e6)
     optimizer_state: Literal["average", "keep", "reset"] | None = Field(
-        None, description="None: 'keep' under shared_grad (identical moments), else 'average'.")
+        None, description="None: 'keep' under shared_grad (identical moments), else 'average'."
+    )
     balanced: bool = False
     health: Health = Field(default_factory=Health)
     validate_every: Int = Field(1, ge=1, description="Validate every this many windows (and at the end).")
@@ -283,9 +316,13 @@ class JobSpec(Document):
     max_failures: Int = Field(0, ge=0, le=100, description="Worker-group restarts Ray Train may make.")
     collective_timeout_s: Int = Field(60, ge=5, le=3600)
     service: ServiceLink | None = None
-    log_to: dict[Literal["tensorboard", "mlflow"], Annotated[str, Field(min_length=1, max_length=2048)]] = Field(
-        default_factory=dict, description="Also write the trajectory (rank 0, per window) to a TensorBoard "
-        "log dir and/or an MLflow tracking URI (hdet_ray.integrations.loggers); use absolute paths.")
+    log_to: dict[Literal["tensorboard", "mlflow"], Annotated[str, Field(min_length=1, max_length=2048)]] = (
+        Field(
+            default_factory=dict,
+            description="Also write the trajectory (rank 0, per window) to a TensorBoard "
+            "log dir and/or an MLflow tracking URI (hdet_ray.integrations.loggers); use absolute paths.",
+        )
+    )
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -328,7 +365,6 @@ def format_errors(e: ValidationError) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         lines.append(f"  {loc}: {msg}")
     return "\n".join(lines)
-
 
 
 class JobStatus(str, Enum):

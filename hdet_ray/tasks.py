@@ -101,12 +101,12 @@ class Digits(Task):
 
     def batches(self, rank: int, replicas: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         x, y = _digits()
-        x, y = x[self.validation:][rank::replicas], y[self.validation:][rank::replicas]
+        x, y = x[self.validation :][rank::replicas], y[self.validation :][rank::replicas]
         g = _generator(seed * 7919 + rank)
         while True:
             order = torch.randperm(len(y), generator=g)
             for i in range(0, len(y) - self.batch_size + 1, self.batch_size):
-                idx = order[i:i + self.batch_size]
+                idx = order[i : i + self.batch_size]
                 yield x[idx], y[idx]
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
@@ -116,13 +116,15 @@ class Digits(Task):
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         x, y = _digits()
-        x, y = x[:self.validation], y[:self.validation]
+        x, y = x[: self.validation], y[: self.validation]
         was_training = model.training
         model.eval()
         logits = model(x)
         model.train(was_training)
-        return {"val_loss": float(F.cross_entropy(logits, y)),
-                "val_accuracy": float((logits.argmax(1) == y).float().mean())}
+        return {
+            "val_loss": float(F.cross_entropy(logits, y)),
+            "val_accuracy": float((logits.argmax(1) == y).float().mean()),
+        }
 
 
 @lru_cache(maxsize=4)
@@ -132,8 +134,11 @@ def stdlib_text(max_bytes: int = 2_000_000) -> bytes:
     root = sysconfig.get_paths()["stdlib"]
     chunks, total = [], 0
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "test", "tests", "idlelib",
-                                                                "__pycache__", "dist-packages"))
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in ("site-packages", "test", "tests", "idlelib", "__pycache__", "dist-packages")
+        )
         for name in sorted(filenames):
             if not name.endswith(".py"):
                 continue
@@ -151,8 +156,9 @@ class _TinyGPT(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(256, dim)
         self.pos = nn.Parameter(torch.zeros(context, dim))
-        block = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True,
-                                           norm_first=True, activation="gelu")
+        block = nn.TransformerEncoderLayer(
+            dim, heads, 4 * dim, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"
+        )
         self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, 256)
@@ -189,7 +195,7 @@ class ByteLM(Task):
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
         raw = stdlib_text(self.train_bytes + self.val_bytes)
         data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
-        return data[:-self.val_bytes], data[-self.val_bytes:]
+        return data[: -self.val_bytes], data[-self.val_bytes :]
 
     def model(self, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
@@ -199,12 +205,12 @@ class ByteLM(Task):
     def batches(self, rank: int, replicas: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         train, _ = self._data()
         shard = len(train) // replicas
-        train = train[rank * shard:(rank + 1) * shard]
+        train = train[rank * shard : (rank + 1) * shard]
         g = _generator(seed * 7919 + rank)
         while True:
             starts = torch.randint(0, len(train) - self.context - 1, (self.batch_size,), generator=g)
-            x = torch.stack([train[s:s + self.context] for s in starts])
-            y = torch.stack([train[s + 1:s + self.context + 1] for s in starts])
+            x = torch.stack([train[s : s + self.context] for s in starts])
+            y = torch.stack([train[s + 1 : s + self.context + 1] for s in starts])
             yield x, y
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
@@ -215,14 +221,17 @@ class ByteLM(Task):
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         _, val = self._data()
         n = (len(val) - 1) // self.context
-        x = val[:n * self.context].view(n, self.context)
-        y = val[1:n * self.context + 1].view(n, self.context)
+        x = val[: n * self.context].view(n, self.context)
+        y = val[1 : n * self.context + 1].view(n, self.context)
         was_training = model.training
         model.eval()
         total = 0.0
         for i in range(0, n, 64):
-            total += float(F.cross_entropy(model(x[i:i + 64]).reshape(-1, 256), y[i:i + 64].reshape(-1),
-                                           reduction="sum"))
+            total += float(
+                F.cross_entropy(
+                    model(x[i : i + 64]).reshape(-1, 256), y[i : i + 64].reshape(-1), reduction="sum"
+                )
+            )
         model.train(was_training)
         nats = total / (n * self.context)
         return {"val_loss": nats, "val_bpb": nats / math.log(2)}
@@ -276,8 +285,10 @@ def _options_model(name: str, factory: Callable[..., Task]):
             annotation = Any if p.annotation is p.empty else p.annotation
             fields[p.name] = (annotation, ... if p.default is p.empty else p.default)
         return create_model(f"{name}_options", __config__=ConfigDict(extra="forbid"), **fields)
-    except Exception as e:  # noqa: BLE001  a plugin's odd signature is its error, not the service's
-        raise ValueError(f"task {name!r}: cannot read its options from the factory's signature ({e})") from None
+    except Exception as e:
+        raise ValueError(
+            f"task {name!r}: cannot read its options from the factory's signature ({e})"
+        ) from None
 
 
 def describe(name: str) -> dict[str, Any]:
@@ -287,8 +298,12 @@ def describe(name: str) -> dict[str, Any]:
         raise ValueError(f"unknown task {name!r}; registered tasks: {registered_names()}")
     doc = (inspect.getdoc(factory) or "").strip().splitlines()
     source = "built-in" if name in TASKS else f"entry point {_entry_points()[name].value}"
-    return {"name": name, "description": doc[0] if doc else "", "source": source,
-            "options": _options_model(name, factory).model_json_schema()}
+    return {
+        "name": name,
+        "description": doc[0] if doc else "",
+        "source": source,
+        "options": _options_model(name, factory).model_json_schema(),
+    }
 
 
 def check_options(name: str, options: dict[str, Any]) -> None:
@@ -316,11 +331,13 @@ def make_task(name: str, **options: Any) -> Task:
         except (ImportError, AttributeError) as e:
             raise ValueError(f"task {name!r}: cannot import {module}:{attr} ({e})") from None
     if factory is None:
-        raise ValueError(f"unknown task {name!r}; registered tasks: {registered_names()} (or 'module:function')")
+        raise ValueError(
+            f"unknown task {name!r}; registered tasks: {registered_names()} (or 'module:function')"
+        )
     try:
         task = factory(**options)
     except TypeError as e:
         raise ValueError(f"task {name!r}: bad task_options {sorted(options)}: {e}") from None
     if not isinstance(task, Task):
-        raise ValueError(f"task {name!r}: its factory returned {type(task).__name__}, not a Task")  # noqa: TRY004  callers catch ValueError for every bad task
+        raise ValueError(f"task {name!r}: its factory returned {type(task).__name__}, not a Task")
     return task

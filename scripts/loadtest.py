@@ -80,11 +80,16 @@ async def feeder(url, job, ingest_token, stop, errors, spec):
 
 async def run(args, url, token, job, ingest_token, spec):
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits,
-                                 timeout=30) as client:
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits, timeout=30
+    ) as client:
         stop, latencies, errors, seen = asyncio.Event(), [], [], [[] for _ in range(args.streams)]
-        tasks = [asyncio.create_task(poller(client, job, stop, latencies, errors)) for _ in range(args.pollers)]
-        tasks += [asyncio.create_task(streamer(client, job, stop, seen[i], errors)) for i in range(args.streams)]
+        tasks = [
+            asyncio.create_task(poller(client, job, stop, latencies, errors)) for _ in range(args.pollers)
+        ]
+        tasks += [
+            asyncio.create_task(streamer(client, job, stop, seen[i], errors)) for i in range(args.streams)
+        ]
         if ingest_token:
             tasks.append(asyncio.create_task(feeder(url, job, ingest_token, stop, errors, spec)))
         await asyncio.sleep(args.seconds)
@@ -93,12 +98,23 @@ async def run(args, url, token, job, ingest_token, spec):
         for t in tasks:
             t.cancel()
     dup = sum(len(s) - len(set(s)) for s in seen)
-    print(json.dumps({
-        "pollers": args.pollers, "streams": args.streams, "seconds": args.seconds,
-        "requests": len(latencies), "errors": len(errors), "first_errors": errors[:5],
-        "p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
-        "p99_ms": round(1000 * percentile(latencies, 0.99), 1) if latencies else None,
-        "events_per_stream_min": min((len(s) for s in seen), default=0), "repeated_events": dup}, indent=1))
+    print(
+        json.dumps(
+            {
+                "pollers": args.pollers,
+                "streams": args.streams,
+                "seconds": args.seconds,
+                "requests": len(latencies),
+                "errors": len(errors),
+                "first_errors": errors[:5],
+                "p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
+                "p99_ms": round(1000 * percentile(latencies, 0.99), 1) if latencies else None,
+                "events_per_stream_min": min((len(s) for s in seen), default=0),
+                "repeated_events": dup,
+            },
+            indent=1,
+        )
+    )
     return 1 if errors or dup else 0
 
 
@@ -118,8 +134,9 @@ def main() -> int:
     port, token = free_port(), "loadtest-token-0123456789"
     data = tempfile.mkdtemp(prefix="hdet-load-")
     env = {**os.environ, "HDET_BACKEND": "memory", "HDET_TOKEN": token, "HDET_DATA_DIR": data}
-    server = subprocess.Popen([sys.executable, "-m", "hdet_ray", "serve", "--port", str(port),
-                               "--log-level", "warning"], env=env)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "hdet_ray", "serve", "--port", str(port), "--log-level", "warning"], env=env
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -128,8 +145,9 @@ def main() -> int:
                     break
             except httpx.TransportError:
                 time.sleep(0.2)
-        job = httpx.post(url + "/v1/jobs", json=spec, headers={"Authorization": f"Bearer {token}"},
-                         timeout=60).json()["id"]
+        job = httpx.post(
+            url + "/v1/jobs", json=spec, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ).json()["id"]
         ingest_token = _ingest_token(url, token, job)
         return asyncio.run(run(args, url, token, job, ingest_token, spec))
     finally:

@@ -42,8 +42,12 @@ def create_app(settings: Settings | None = None, backend: JobBackend | None = No
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         token, new = load_or_create_token(settings)
         if new:
-            print(f"hdet: generated the API token (shown once; kept in {settings.data_dir / 'token'}):\n"
-                  f"  {token}", file=sys.stderr, flush=True)
+            print(
+                f"hdet: generated the API token (shown once; kept in {settings.data_dir / 'token'}):\n"
+                f"  {token}",
+                file=sys.stderr,
+                flush=True,
+            )
         store = await anyio.to_thread.run_sync(Store, settings.db_url)
         # The task registry (and torch) is loaded now, not by the first submission's request.
         await anyio.to_thread.run_sync(importlib.import_module, "hdet_ray.tasks")
@@ -56,13 +60,19 @@ def create_app(settings: Settings | None = None, backend: JobBackend | None = No
         elif chosen is None:
             head = EmbeddedHead(settings.data_dir, settings.ray_num_cpus)
             info = await anyio.to_thread.run_sync(head.start)
-            chosen = RayJobs(info.dashboard_url, headers={"Authorization": f"Bearer {head.token}"},
-                             cpus=head.num_cpus, process_alive=head.alive)
+            chosen = RayJobs(
+                info.dashboard_url,
+                headers={"Authorization": f"Bearer {head.token}"},
+                cpus=head.num_cpus,
+                process_alive=head.alive,
+            )
             name = f"ray-embedded:{info.dashboard_url}"
         broker = Broker()
         broker.bind(asyncio.get_running_loop())
         service = JobService(settings, store, chosen, broker, metrics)
-        app.state.hdet = State(settings=settings, token=token, jobs=service, metrics=metrics, backend_name=name)
+        app.state.hdet = State(
+            settings=settings, token=token, jobs=service, metrics=metrics, backend_name=name
+        )
         app.state.ray_head = head
         app.state.studies = StudyService(store, chosen, settings.data_dir)
         follower = asyncio.create_task(service.follow())
@@ -76,16 +86,24 @@ def create_app(settings: Settings | None = None, backend: JobBackend | None = No
             if head is not None:
                 active = await anyio.to_thread.run_sync(store.active_jobs)
                 if active and settings.head_on_exit == "keep-if-jobs" and head.alive():
-                    log.warning("leaving the Ray head (pid %s) running for %d unfinished job(s); the next "
-                                "service on %s adopts it", head.info.pid if head.info else "?", len(active),
-                                settings.data_dir)
+                    log.warning(
+                        "leaving the Ray head (pid %s) running for %d unfinished job(s); the next "
+                        "service on %s adopts it",
+                        head.info.pid if head.info else "?",
+                        len(active),
+                        settings.data_dir,
+                    )
                     head.release()
                 else:
                     await anyio.to_thread.run_sync(head.stop)
             store.close()
 
-    app = FastAPI(title="hdet-ray service", version="0.1.0", lifespan=lifespan,
-                  description="Submit HDET jobs to Ray, follow their live hyperparameter trajectory.")
+    app = FastAPI(
+        title="hdet-ray service",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Submit HDET jobs to Ray, follow their live hyperparameter trajectory.",
+    )
     for module in (jobs, trajectory, studies, tasks, system, dashboard, study_pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(packages=[("service", "static")]), name="static")
@@ -100,9 +118,17 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> JSO
     an overflowed 1e400 cannot be written back as JSON (FastAPI's own handler answers 500 then)."""
     detail = []
     for err in exc.errors():
-        item = {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))}
+        item = {
+            "loc": list(err.get("loc", ())),
+            "msg": str(err.get("msg", "")),
+            "type": str(err.get("type", "")),
+        }
         value = err.get("input")
-        if isinstance(value, (str, int, bool)) or value is None or (isinstance(value, float) and math.isfinite(value)):
+        if (
+            isinstance(value, (str, int, bool))
+            or value is None
+            or (isinstance(value, float) and math.isfinite(value))
+        ):
             item["input"] = value if not isinstance(value, str) else value[:200]
         elif isinstance(value, float):
             item["input"] = str(value)

@@ -20,16 +20,21 @@ class UnknownJob(LookupError):
 class JobBackend(Protocol):
     def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
         """Start `entrypoint` as job `job_id`, with `env` added to its environment."""
+
     def status(self, job_id: str) -> tuple[str, str]:
         """(status, message); status is one of storage.STATUSES. Raises UnknownJob."""
+
     def stop(self, job_id: str) -> None: ...
     def logs(self, job_id: str) -> str: ...
     def capacity(self) -> int | None:
         """CPUs of a cluster whose size is fixed (the embedded head); None when unknown or autoscaling."""
+
     def alive(self) -> bool:
         """Whether the cluster answers now."""
+
     def gone(self) -> bool:
         """Whether the cluster is known to be gone for good (its head process exited)."""
+
     def close(self) -> None: ...
 
 
@@ -37,8 +42,14 @@ class RayJobs:
     """`cpus`: the cluster's fixed size, when known; `process_alive`: whether the head's process runs
     (for a head the service owns), so its death is noticed at once rather than after a timeout."""
 
-    def __init__(self, address: str, headers: dict[str, str] | None = None, *, cpus: int | None = None,
-                 process_alive: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        headers: dict[str, str] | None = None,
+        *,
+        cpus: int | None = None,
+        process_alive: Callable[[], bool] | None = None,
+    ) -> None:
         from ray.job_submission import JobSubmissionClient
 
         self.address, self.headers = address.rstrip("/"), dict(headers or {})
@@ -62,9 +73,12 @@ class RayJobs:
             return False
 
     def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
-        self.client.submit_job(entrypoint=entrypoint, submission_id=job_id,
-                               runtime_env={"env_vars": env} if env else None,
-                               metadata={"submitted_by": "hdet-service"})
+        self.client.submit_job(
+            entrypoint=entrypoint,
+            submission_id=job_id,
+            runtime_env={"env_vars": env} if env else None,
+            metadata={"submitted_by": "hdet-service"},
+        )
 
     def status(self, job_id: str) -> tuple[str, str]:
         try:

@@ -13,7 +13,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     parser.add_argument("--data-dir", help="overrides HDET_DATA_DIR")
-    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
 
 
 def public_url(host: str, port: int) -> str:
@@ -46,8 +48,17 @@ def main(args: argparse.Namespace) -> int:
             print(f"hdet serve: setting HDET_{str(err['loc'][0]).upper()}: {err['msg']}")
         return 2
     app = create_app(settings)
-    print(f"hdet serve: dashboard at {public_url(args.host, args.port)}/ (data in {settings.data_dir})", flush=True)
+    print(
+        f"hdet serve: dashboard at {public_url(args.host, args.port)}/ (data in {settings.data_dir})",
+        flush=True,
+    )
     # Keep-alive longer than a slow poll, so clients do not race a closing idle connection.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5,
-                timeout_keep_alive=30)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=30,
+    )
     return 0

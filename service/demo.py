@@ -14,16 +14,26 @@ import threading
 import time
 from pathlib import Path
 
-DEMO_JOB = {"name": "demo-digits", "task": "digits", "replicas": 2, "steps": 300, "sync_every": 25,
-            "explore": [{"name": "lr", "target": "lr", "spread": "log", "size": 2.0}]}
+DEMO_JOB = {
+    "name": "demo-digits",
+    "task": "digits",
+    "replicas": 2,
+    "steps": 300,
+    "sync_every": 25,
+    "explore": [{"name": "lr", "target": "lr", "spread": "log", "size": 2.0}],
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
-    parser.add_argument("--data-dir", default=None, help="default: HDET_DATA_DIR, else a new temporary folder")
+    parser.add_argument(
+        "--data-dir", default=None, help="default: HDET_DATA_DIR, else a new temporary folder"
+    )
     parser.add_argument("--exit-when-done", action="store_true", help="stop when the demo job has ended")
-    parser.add_argument("--timeout", type=float, default=1800, help="with --exit-when-done: give up after this")
+    parser.add_argument(
+        "--timeout", type=float, default=1800, help="with --exit-when-done: give up after this"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -38,12 +48,17 @@ def main(args: argparse.Namespace) -> int:
 
     port = args.port or free_port()
     env = Settings()
-    data_dir = Path(args.data_dir) if args.data_dir else (
-        env.data_dir if "HDET_DATA_DIR" in os.environ else Path(tempfile.mkdtemp(prefix="hdet-demo-")))
+    data_dir = (
+        Path(args.data_dir)
+        if args.data_dir
+        else (env.data_dir if "HDET_DATA_DIR" in os.environ else Path(tempfile.mkdtemp(prefix="hdet-demo-")))
+    )
     settings = env.model_copy(update={"data_dir": data_dir, "public_url": public_url(args.host, port)})
     token, _ = load_or_create_token(settings)
     settings = settings.model_copy(update={"token": token})
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=args.host, port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host=args.host, port=port, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     print("hdet demo: starting the service and its embedded Ray head...", flush=True)
@@ -55,8 +70,11 @@ def main(args: argparse.Namespace) -> int:
     url = public_url(args.host, port)
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     job = client.post("/v1/jobs", json=DEMO_JOB).raise_for_status().json()
-    print(f"\n  dashboard: {url}{job['links']['dashboard']}\n  token:     {token}\n"
-          f"  job:       {job['id']} (digits, 2 replicas; Ctrl-C to stop the service)\n", flush=True)
+    print(
+        f"\n  dashboard: {url}{job['links']['dashboard']}\n  token:     {token}\n"
+        f"  job:       {job['id']} (digits, 2 replicas; Ctrl-C to stop the service)\n",
+        flush=True,
+    )
     status, after = "RUNNING", -1
     try:
         deadline = time.monotonic() + args.timeout
@@ -69,8 +87,11 @@ def main(args: argparse.Namespace) -> int:
             info = client.get(f"/v1/jobs/{job['id']}").json()
             if info["status"] != status:
                 status = info["status"]
-                print(f"hdet demo: job {job['id']} is {status} "
-                      f"({info['progress']['windows']}/{info['progress']['total_windows']} windows)", flush=True)
+                print(
+                    f"hdet demo: job {job['id']} is {status} "
+                    f"({info['progress']['windows']}/{info['progress']['total_windows']} windows)",
+                    flush=True,
+                )
             if args.exit_when_done and (info["finished_at"] or time.monotonic() > deadline):
                 break
     except KeyboardInterrupt:
@@ -87,8 +108,10 @@ def format_window(record: dict) -> str:
     losses = " ".join("  nan" if x is None else f"{x:.3f}" for x in record["losses"])
     metric = "".join(f" {k} {v:.4f}" for k, v in record.get("metrics", {}).items() if k.startswith("val"))
     flag = " ROLLBACK" if record.get("rollback") else ""
-    return (f"  window {record['window']:3d} step {record['step']:5d}  lr {centre:.3e} "
-            f"(x{_exp(lr['new_offset']):.3f})  losses {losses}{metric}{flag}")
+    return (
+        f"  window {record['window']:3d} step {record['step']:5d}  lr {centre:.3e} "
+        f"(x{_exp(lr['new_offset']):.3f})  losses {losses}{metric}{flag}"
+    )
 
 
 def _exp(x: float | None) -> float:

@@ -70,9 +70,16 @@ def token_hash(token: str) -> str:
 
 
 class JobService:
-    def __init__(self, settings: Settings, store: Store, backend: JobBackend, broker: Broker,
-                 metrics: Metrics) -> None:
-        self.settings, self.store, self.backend, self.broker, self.metrics = settings, store, backend, broker, metrics
+    def __init__(
+        self, settings: Settings, store: Store, backend: JobBackend, broker: Broker, metrics: Metrics
+    ) -> None:
+        self.settings, self.store, self.backend, self.broker, self.metrics = (
+            settings,
+            store,
+            backend,
+            broker,
+            metrics,
+        )
         self.runs_dir = settings.data_dir.resolve() / "runs"
         self._read_sizes: dict[str, int] = {}
         self._down_since: float | None = None
@@ -86,9 +93,12 @@ class JobService:
             raise Rejected(["body", "task_options"], str(e)) from None
         cpus = self.backend.capacity()
         if cpus is not None and spec.replicas > cpus:
-            raise Rejected(["body", "replicas"], f"replicas: {spec.replicas} replicas need {spec.replicas} CPUs "
-                                                 f"(one per replica); the Ray cluster has {cpus}, so the job "
-                                                 f"could never start; allowed: 1 to {cpus}")
+            raise Rejected(
+                ["body", "replicas"],
+                f"replicas: {spec.replicas} replicas need {spec.replicas} CPUs "
+                f"(one per replica); the Ray cluster has {cpus}, so the job "
+                f"could never start; allowed: 1 to {cpus}",
+            )
 
     def submit(self, spec: dict[str, Any], public_url: str) -> Job:
         job_id = "hdet-" + secrets.token_hex(6)
@@ -99,8 +109,13 @@ class JobService:
             raise HeadDown("the Ray cluster does not answer; the job was not submitted")
         ingest_token = secrets.token_urlsafe(32)
         token_file = write_private(run_dir / TOKEN_FILE, ingest_token)  # also how the service redacts it
-        job = self.store.add_job(job_id, stored.name, stored.model_dump(mode="json"), token_hash(ingest_token),
-                                 stored.total_windows)
+        job = self.store.add_job(
+            job_id,
+            stored.name,
+            stored.model_dump(mode="json"),
+            token_hash(ingest_token),
+            stored.total_windows,
+        )
         self.store.set_status(job_id, "PENDING", self.waiting_reason(job))
         link: dict[str, Any] = {"url": public_url.rstrip("/"), "job_id": job_id}
         env = None
@@ -111,7 +126,7 @@ class JobService:
         run_spec = {**stored.model_dump(mode="json"), "service": link}
         try:
             self.backend.submit(job_id, entrypoint(json.dumps(run_spec), self.settings.entrypoint), env)
-        except Exception as e:  # noqa: BLE001  the cluster refused or is unreachable: the job is recorded as failed
+        except Exception as e:
             log.warning("submitting %s failed: %s", job_id, e)
             self.store.set_status(job_id, "FAILED", f"submission to Ray failed: {e}")
         return self.store.get_job(job_id) or job
@@ -141,10 +156,18 @@ class JobService:
             if _age_s(job) < _SUBMIT_GRACE_S:  # polled between our insert and Ray's accepting it
                 return
             if any((self.runs_dir / job.id).glob("*/summary.json")):  # written last, when the run finished
-                status, message = "SUCCEEDED", "the run finished (summary.json); the Ray cluster no longer knows it"
+                status, message = (
+                    "SUCCEEDED",
+                    "the run finished (summary.json); the Ray cluster no longer knows it",
+                )
             else:
-                status, message = "FAILED", ("lost: the Ray cluster has no record of this job (the head it ran "
-                                             "on was replaced); its stored windows are kept")
+                status, message = (
+                    "FAILED",
+                    (
+                        "lost: the Ray cluster has no record of this job (the head it ran "
+                        "on was replaced); its stored windows are kept"
+                    ),
+                )
         if status not in STATUSES:
             return
         if status in TERMINAL and status != job.status:
@@ -162,8 +185,11 @@ class JobService:
     def waiting_reason(self, job: Job) -> str:
         need = int(job.spec.get("replicas", 1))
         cpus = self.backend.capacity()
-        held = sum(int(j.spec.get("replicas", 1)) for j in self.store.active_jobs()
-                   if j.status == "RUNNING" and j.id != job.id)
+        held = sum(
+            int(j.spec.get("replicas", 1))
+            for j in self.store.active_jobs()
+            if j.status == "RUNNING" and j.id != job.id
+        )
         have = f"; the cluster has {cpus}" if cpus is not None else ""
         busy = f", {held} held by running jobs" if held else ""
         return f"waiting for {need} CPUs{have}{busy} (no window yet)"
@@ -219,13 +245,13 @@ class JobService:
         while True:
             try:
                 alive = await anyio.to_thread.run_sync(self.check_head)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.warning("head check failed: %s", e)
                 alive = False
             for job in (await anyio.to_thread.run_sync(self.store.active_jobs)) if alive else []:
                 try:
                     await anyio.to_thread.run_sync(self.refresh, job)
-                except Exception as e:  # noqa: BLE001  Ray unreachable for a moment: try again next round
+                except Exception as e:
                     log.warning("status of %s unavailable: %s", job.id, e)
             await asyncio.sleep(self.settings.poll_interval_s)
 
@@ -243,7 +269,9 @@ def failure_reason(message: str, secrets_: list[str] = ()) -> str:
     if ours:
         reason = ours[-1]
         return reason + (f" (exit code {code.group(1)})" if code else "")
-    lines = [ln for ln in message.splitlines() if ln.strip() and not ln.startswith("Running entrypoint for job")]
+    lines = [
+        ln for ln in message.splitlines() if ln.strip() and not ln.startswith("Running entrypoint for job")
+    ]
     text = "\n".join(lines)
     return text if len(text) <= 2000 else "..." + text[-1997:]
 

@@ -32,12 +32,16 @@ class Metrics:
     def render(self, jobs_by_status: dict[str, int], streams: int) -> str:
         out = ["# HELP hdet_jobs Jobs known to the service, by status.", "# TYPE hdet_jobs gauge"]
         out += [f'hdet_jobs{{status="{s}"}} {n}' for s, n in sorted(jobs_by_status.items())]
-        out += ["# HELP hdet_windows_ingested_total Window records stored or changed since start.",
-                "# TYPE hdet_windows_ingested_total counter", f"hdet_windows_ingested_total {self.windows_ingested}",
-                "# HELP hdet_sse_streams Open trajectory streams.", "# TYPE hdet_sse_streams gauge",
-                f"hdet_sse_streams {streams}",
-                "# HELP hdet_http_request_duration_seconds HTTP request latency by route template.",
-                "# TYPE hdet_http_request_duration_seconds histogram"]
+        out += [
+            "# HELP hdet_windows_ingested_total Window records stored or changed since start.",
+            "# TYPE hdet_windows_ingested_total counter",
+            f"hdet_windows_ingested_total {self.windows_ingested}",
+            "# HELP hdet_sse_streams Open trajectory streams.",
+            "# TYPE hdet_sse_streams gauge",
+            f"hdet_sse_streams {streams}",
+            "# HELP hdet_http_request_duration_seconds HTTP request latency by route template.",
+            "# TYPE hdet_http_request_duration_seconds histogram",
+        ]
         with self._lock:
             items = sorted((k, list(v)) for k, v in self._hist.items())
         for (method, route, status), h in items:
@@ -129,6 +133,11 @@ class BodyLimitMiddleware:
 
 async def _too_large(send, limit: int) -> None:
     body = f'{{"detail":"request body too large: the limit is {limit} bytes"}}'.encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -17,11 +17,16 @@ class JobCreate(JobSpec):
     and no `service` or `storage_path` (the service sets both) or `log_to` (paths on the cluster). Importing
     this module loads no torch: the task registry is read when a request is validated."""
 
-    task: str = Field("digits", min_length=1, max_length=256, description="A registered task (GET /v1/tasks).")
+    task: str = Field(
+        "digits", min_length=1, max_length=256, description="A registered task (GET /v1/tasks)."
+    )
     storage_path: None = Field(None, description="Set by the service.")
     service: None = Field(None, description="Set by the service.")
-    log_to: dict[str, str] = Field(default_factory=dict, max_length=0,
-                                   description="Not over REST (paths on the cluster); the service keeps the trajectory.")
+    log_to: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=0,
+        description="Not over REST (paths on the cluster); the service keeps the trajectory.",
+    )
 
     @field_validator("task")
     @classmethod
@@ -133,4 +138,6 @@ class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     backend: str
     database: str
-    ray: Literal["ok", "down", "n/a"] = Field(description="Whether the Ray head answers ('n/a': memory backend).")
+    ray: Literal["ok", "down", "n/a"] = Field(
+        description="Whether the Ray head answers ('n/a': memory backend)."
+    )

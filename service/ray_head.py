@@ -84,25 +84,52 @@ class EmbeddedHead:
         if len(str(temp_dir)) > _MAX_TEMP_DIR:
             temp_dir = Path(tempfile.mkdtemp(prefix="hdet-ray-"))
         gcs_port, dash_port = free_port(), free_port()
-        cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
-               "--port", str(gcs_port), "--dashboard-port", str(dash_port), "--dashboard-host", "127.0.0.1",
-               "--include-dashboard", "true", "--temp-dir", str(temp_dir), "--disable-usage-stats",
-               "--node-ip-address", "127.0.0.1", "--object-store-memory", str(_OBJECT_STORE_BYTES)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(gcs_port),
+            "--dashboard-port",
+            str(dash_port),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--include-dashboard",
+            "true",
+            "--temp-dir",
+            str(temp_dir),
+            "--disable-usage-stats",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--object-store-memory",
+            str(_OBJECT_STORE_BYTES),
+        ]
         # Every port Ray would otherwise take at a fixed default, so heads of other users can coexist.
-        for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                     "--runtime-env-agent-port", "--metrics-export-port"):
+        for flag in (
+            "--ray-client-server-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--runtime-env-agent-port",
+            "--metrics-export-port",
+        ):
             cmd += [flag, str(free_port())]
         cmd += ["--num-cpus", str(self.num_cpus)]
         self.token  # noqa: B018  (creates the token file before the head reads it)
         self._log = open(self.data_dir / "ray-head.log", "ab")  # noqa: SIM115  (open while the head runs)
-        self._proc = subprocess.Popen(cmd, env=self.env(), stdout=self._log, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+        self._proc = subprocess.Popen(
+            cmd, env=self.env(), stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         info = HeadInfo(self._proc.pid, gcs_port, dash_port, str(temp_dir), self.num_cpus)
         deadline = time.monotonic() + timeout_s
         while not self._ready(info):
             if self._proc.poll() is not None:
-                raise RuntimeError(f"the embedded Ray head exited ({self._proc.returncode}); "
-                                   f"see {self.data_dir / 'ray-head.log'}")
+                raise RuntimeError(
+                    f"the embedded Ray head exited ({self._proc.returncode}); "
+                    f"see {self.data_dir / 'ray-head.log'}"
+                )
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the embedded Ray head did not come up in {timeout_s:.0f} s")
@@ -112,8 +139,9 @@ class EmbeddedHead:
         return info
 
     def _ready(self, info: HeadInfo) -> bool:
-        req = urllib.request.Request(info.dashboard_url + "/api/version",
-                                     headers={"Authorization": f"Bearer {self.token}"})
+        req = urllib.request.Request(
+            info.dashboard_url + "/api/version", headers={"Authorization": f"Bearer {self.token}"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=2) as r:
                 return r.status == 200

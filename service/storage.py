@@ -36,7 +36,8 @@ metadata = MetaData()
 schema_version = Table("schema_version", metadata, Column("version", Integer, nullable=False))
 
 jobs = Table(
-    "jobs", metadata,
+    "jobs",
+    metadata,
     Column("id", String(64), primary_key=True),
     Column("name", String(128)),
     Column("status", String(16), nullable=False, index=True),
@@ -51,7 +52,8 @@ jobs = Table(
 )
 
 windows = Table(
-    "windows", metadata,
+    "windows",
+    metadata,
     Column("job_id", String(64), primary_key=True),
     Column("window", Integer, primary_key=True),
     Column("seq", Integer, nullable=False, index=True),
@@ -60,7 +62,8 @@ windows = Table(
 )
 
 studies = Table(
-    "studies", metadata,
+    "studies",
+    metadata,
     Column("id", String(64), primary_key=True),
     Column("name", String(64), nullable=False),
     Column("status", String(16), nullable=False, index=True),
@@ -113,8 +116,10 @@ class Store:
     def __init__(self, url: str) -> None:
         sqlite = url.startswith("sqlite")
         self.engine: Engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30} if sqlite else {},
-            pool_pre_ping=not sqlite)
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30} if sqlite else {},
+            pool_pre_ping=not sqlite,
+        )
         if sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self.write_lock = threading.Lock()
@@ -129,8 +134,10 @@ class Store:
                 c.execute(schema_version.insert().values(version=SCHEMA_VERSION))
                 return
             if version > SCHEMA_VERSION:
-                raise RuntimeError(f"database schema v{version} is newer than this service (v{SCHEMA_VERSION})")
-            for sql in MIGRATIONS[version - 1:]:
+                raise RuntimeError(
+                    f"database schema v{version} is newer than this service (v{SCHEMA_VERSION})"
+                )
+            for sql in MIGRATIONS[version - 1 :]:
                 c.exec_driver_sql(sql)
             c.execute(update(schema_version).values(version=SCHEMA_VERSION))
 
@@ -138,14 +145,26 @@ class Store:
         self.engine.dispose()
 
     # jobs
-    def add_job(self, job_id: str, name: str | None, spec: dict[str, Any], ingest_token_hash: str,
-                total_windows: int) -> Job:
+    def add_job(
+        self, job_id: str, name: str | None, spec: dict[str, Any], ingest_token_hash: str, total_windows: int
+    ) -> Job:
         t = now()
         with self.write_lock, self.engine.begin() as c:
-            c.execute(jobs.insert().values(
-                id=job_id, name=name, status="PENDING", message="", spec=json.dumps(spec),
-                ingest_token_hash=ingest_token_hash, total_windows=total_windows, seq=0,
-                created_at=t, updated_at=t, finished_at=None))
+            c.execute(
+                jobs.insert().values(
+                    id=job_id,
+                    name=name,
+                    status="PENDING",
+                    message="",
+                    spec=json.dumps(spec),
+                    ingest_token_hash=ingest_token_hash,
+                    total_windows=total_windows,
+                    seq=0,
+                    created_at=t,
+                    updated_at=t,
+                    finished_at=None,
+                )
+            )
         return self.get_job(job_id)
 
     def get_job(self, job_id: str) -> Job | None:
@@ -157,8 +176,13 @@ class Store:
         where = [jobs.c.status == status] if status else []
         with self.engine.connect() as c:
             total = c.execute(select(func.count()).select_from(jobs).where(*where)).scalar_one()
-            rows = c.execute(select(jobs).where(*where).order_by(jobs.c.created_at.desc(), jobs.c.id)
-                             .offset(offset).limit(limit)).all()
+            rows = c.execute(
+                select(jobs)
+                .where(*where)
+                .order_by(jobs.c.created_at.desc(), jobs.c.id)
+                .offset(offset)
+                .limit(limit)
+            ).all()
         return [_job(r) for r in rows], total
 
     def active_jobs(self) -> list[Job]:
@@ -201,8 +225,11 @@ class Store:
                 seq += 1
                 changed += 1
                 if old is None:
-                    c.execute(windows.insert().values(job_id=job_id, window=rec["window"], seq=seq,
-                                                      step=rec["step"], record=text))
+                    c.execute(
+                        windows.insert().values(
+                            job_id=job_id, window=rec["window"], seq=seq, step=rec["step"], record=text
+                        )
+                    )
                 else:
                     c.execute(update(windows).where(*key).values(seq=seq, step=rec["step"], record=text))
             if changed:
@@ -212,25 +239,45 @@ class Store:
     def windows_after(self, job_id: str, after: int = -1, limit: int = 10_000) -> list[dict[str, Any]]:
         """Records with window index > after, by window."""
         with self.engine.connect() as c:
-            rows = c.execute(select(windows.c.record).where(windows.c.job_id == job_id, windows.c.window > after)
-                             .order_by(windows.c.window).limit(limit)).scalars().all()
+            rows = (
+                c.execute(
+                    select(windows.c.record)
+                    .where(windows.c.job_id == job_id, windows.c.window > after)
+                    .order_by(windows.c.window)
+                    .limit(limit)
+                )
+                .scalars()
+                .all()
+            )
         return [json.loads(r) for r in rows]
 
     def changes_after(self, job_id: str, seq: int, limit: int = 500) -> list[tuple[int, dict[str, Any]]]:
         """(seq, record) for every window stored or changed after revision `seq`, oldest first."""
         with self.engine.connect() as c:
-            rows = c.execute(select(windows.c.seq, windows.c.record)
-                             .where(windows.c.job_id == job_id, windows.c.seq > seq)
-                             .order_by(windows.c.seq).limit(limit)).all()
+            rows = c.execute(
+                select(windows.c.seq, windows.c.record)
+                .where(windows.c.job_id == job_id, windows.c.seq > seq)
+                .order_by(windows.c.seq)
+                .limit(limit)
+            ).all()
         return [(s, json.loads(r)) for s, r in rows]
 
     def progress(self, job_id: str) -> tuple[int, int | None, dict[str, float]]:
         """(windows stored, latest step, latest metrics) of a job."""
         with self.engine.connect() as c:
-            count, step = c.execute(select(func.count(), func.max(windows.c.step))
-                                    .where(windows.c.job_id == job_id)).one()
-            recent = c.execute(select(windows.c.record).where(windows.c.job_id == job_id)
-                               .order_by(windows.c.window.desc()).limit(8)).scalars().all()
+            count, step = c.execute(
+                select(func.count(), func.max(windows.c.step)).where(windows.c.job_id == job_id)
+            ).one()
+            recent = (
+                c.execute(
+                    select(windows.c.record)
+                    .where(windows.c.job_id == job_id)
+                    .order_by(windows.c.window.desc())
+                    .limit(8)
+                )
+                .scalars()
+                .all()
+            )
         metrics: dict[str, float] = {}
         for text in recent:
             metrics = json.loads(text).get("metrics") or {}

@@ -38,6 +38,7 @@ MAX_STUDY_CHARS = 64 * 1024
 # Fields the service or the runner sets; a study sent over HTTP may not.
 _RESERVED = ("service", "storage_path")
 
+
 class StudyRejected(ValueError):
     """A study the service will not run; `loc` is the field's path in the request body."""
 
@@ -74,8 +75,11 @@ def check_study(study: Study, executor: str) -> None:
         raise StudyRejected(["body", "name"], str(e)) from None
     cells = sum(len(study.candidates) * len(s.seeds) * max(1, len(s.hosts)) for s in study.stages)
     if cells > MAX_CELLS:
-        raise StudyRejected(["body", "stages"], f"the study declares {cells} cells (candidates x seeds x hosts "
-                                                f"over stages); the service runs at most {MAX_CELLS}")
+        raise StudyRejected(
+            ["body", "stages"],
+            f"the study declares {cells} cells (candidates x seeds x hosts "
+            f"over stages); the service runs at most {MAX_CELLS}",
+        )
     size = len(json.dumps(study.definition()))
     if size > MAX_STUDY_CHARS:
         raise StudyRejected(["body"], f"the study is {size} characters as JSON; at most {MAX_STUDY_CHARS}")
@@ -87,7 +91,9 @@ def check_study(study: Study, executor: str) -> None:
                 raise StudyRejected([*loc, key], f"{key} is set by the service; leave it out")
         task = part.get("task")
         if task is not None and task not in TASKS:
-            raise StudyRejected([*loc, "task"], f"task {task!r} is not a registered task; allowed: {sorted(TASKS)}")
+            raise StudyRejected(
+                [*loc, "task"], f"task {task!r} is not a registered task; allowed: {sorted(TASKS)}"
+            )
     try:
         validate_cells(study, EXECUTORS[executor])
     except StudyError as e:
@@ -99,20 +105,27 @@ def check_study(study: Study, executor: str) -> None:
                 check_task(cell.spec["task"], cell.spec.get("task_options") or {})
             except ValueError as e:
                 i = names.index(cell.candidate)
-                raise StudyRejected(["body", "candidates", i, "overrides", "task_options"],
-                                    f"candidate {cell.candidate!r}: {e}") from None
+                raise StudyRejected(
+                    ["body", "candidates", i, "overrides", "task_options"],
+                    f"candidate {cell.candidate!r}: {e}",
+                ) from None
     if executor == "run_job":  # the runner would refuse it too, but only once the Ray job has started
         for i, stage in enumerate(study.stages):
             if stage.start == "continue" and any(c.continuable for c in study.candidates):
-                raise StudyRejected(["body", "stages", i, "start"], "the run_job executor cannot continue "
-                                    "from a checkpoint; declare 'restart' or mark the candidates continuable: false")
+                raise StudyRejected(
+                    ["body", "stages", i, "start"],
+                    "the run_job executor cannot continue "
+                    "from a checkpoint; declare 'restart' or mark the candidates continuable: false",
+                )
 
 
 class StudyService:
     """Studies in the service's database (table `studies` of `service.storage`, beside the jobs: one schema,
     one migration, one write lock) and on the backend."""
 
-    def __init__(self, store: Store, backend: JobBackend, data_dir: Path, entrypoint: str = ENTRYPOINT) -> None:
+    def __init__(
+        self, store: Store, backend: JobBackend, data_dir: Path, entrypoint: str = ENTRYPOINT
+    ) -> None:
         self.engine, self.backend, self.entrypoint = store.engine, backend, entrypoint
         self.root = data_dir.resolve() / "studies"
         self._write = store.write_lock
@@ -123,14 +136,27 @@ class StudyService:
         definition = study.definition()
         t = now()
         with self._write, self.engine.begin() as c:
-            c.execute(studies.insert().values(
-                id=study_id, name=study.name, status="PENDING", message="", executor=executor,
-                definition=json.dumps(definition), created_at=t, updated_at=t, finished_at=None))
-        command = self.entrypoint.format(study_json=shlex.quote(json.dumps(definition, separators=(",", ":"))),
-                                         out=shlex.quote(str(self.out_dir(study_id))), executor=executor)
+            c.execute(
+                studies.insert().values(
+                    id=study_id,
+                    name=study.name,
+                    status="PENDING",
+                    message="",
+                    executor=executor,
+                    definition=json.dumps(definition),
+                    created_at=t,
+                    updated_at=t,
+                    finished_at=None,
+                )
+            )
+        command = self.entrypoint.format(
+            study_json=shlex.quote(json.dumps(definition, separators=(",", ":"))),
+            out=shlex.quote(str(self.out_dir(study_id))),
+            executor=executor,
+        )
         try:
             self.backend.submit(study_id, command)
-        except Exception as e:  # noqa: BLE001  the cluster refused or is unreachable: recorded as failed
+        except Exception as e:
             log.warning("submitting study %s failed: %s", study_id, e)
             self._set_status(study_id, "FAILED", f"submission to Ray failed: {e}")
         return self.get(study_id)
@@ -143,8 +169,12 @@ class StudyService:
     def list(self, offset: int = 0, limit: int = 50) -> tuple[list[StudyRow], int]:
         with self.engine.connect() as c:
             total = c.execute(select(func.count()).select_from(studies)).scalar_one()
-            rows = c.execute(select(studies).order_by(studies.c.created_at.desc(), studies.c.id)
-                             .offset(offset).limit(limit)).all()
+            rows = c.execute(
+                select(studies)
+                .order_by(studies.c.created_at.desc(), studies.c.id)
+                .offset(offset)
+                .limit(limit)
+            ).all()
         return [_row(r) for r in rows], total
 
     def refresh(self, row: StudyRow) -> StudyRow:
@@ -157,7 +187,7 @@ class StudyService:
             if _age_s(row) < _SUBMIT_GRACE_S:  # polled between our insert and Ray's accepting it
                 return row
             status, message = "FAILED", "the Ray cluster has no record of this study's job (was it replaced?)"
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             log.warning("status of study %s unavailable: %s", row.id, e)
             return row
         if status in STATUSES and status != row.status:

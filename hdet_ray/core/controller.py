@@ -108,26 +108,37 @@ class ControllerState:
     replica_seen: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"offsets": dict(self.offsets), "velocity": dict(self.velocity),
-                "signs": {k: list(v) for k, v in self.signs.items()}, "windows": self.windows,
-                "rollbacks": self.rollbacks, "consecutive_rollbacks": self.consecutive_rollbacks,
-                "evidence": {k: list(v) for k, v in self.evidence.items()}, "streak": dict(self.streak),
-                "last_base": dict(self.last_base), "bias": dict(self.bias),
-                "replica_bias": list(self.replica_bias), "replica_seen": list(self.replica_seen)}
+        return {
+            "offsets": dict(self.offsets),
+            "velocity": dict(self.velocity),
+            "signs": {k: list(v) for k, v in self.signs.items()},
+            "windows": self.windows,
+            "rollbacks": self.rollbacks,
+            "consecutive_rollbacks": self.consecutive_rollbacks,
+            "evidence": {k: list(v) for k, v in self.evidence.items()},
+            "streak": dict(self.streak),
+            "last_base": dict(self.last_base),
+            "bias": dict(self.bias),
+            "replica_bias": list(self.replica_bias),
+            "replica_seen": list(self.replica_seen),
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ControllerState:
-        return cls(offsets={k: float(v) for k, v in d["offsets"].items()},
-                   velocity={k: float(v) for k, v in d["velocity"].items()},
-                   signs={k: tuple(int(x) for x in v) for k, v in d["signs"].items()},
-                   windows=int(d["windows"]), rollbacks=int(d["rollbacks"]),
-                   consecutive_rollbacks=int(d["consecutive_rollbacks"]),
-                   evidence={k: tuple(float(x) for x in v) for k, v in d.get("evidence", {}).items()},
-                   streak={k: int(v) for k, v in d.get("streak", {}).items()},
-                   last_base={k: float(v) for k, v in d.get("last_base", {}).items()},
-                   bias={k: int(v) for k, v in d.get("bias", {}).items()},
-                   replica_bias=tuple(float(x) for x in d.get("replica_bias", ())),
-                   replica_seen=tuple(int(x) for x in d.get("replica_seen", ())))
+        return cls(
+            offsets={k: float(v) for k, v in d["offsets"].items()},
+            velocity={k: float(v) for k, v in d["velocity"].items()},
+            signs={k: tuple(int(x) for x in v) for k, v in d["signs"].items()},
+            windows=int(d["windows"]),
+            rollbacks=int(d["rollbacks"]),
+            consecutive_rollbacks=int(d["consecutive_rollbacks"]),
+            evidence={k: tuple(float(x) for x in v) for k, v in d.get("evidence", {}).items()},
+            streak={k: int(v) for k, v in d.get("streak", {}).items()},
+            last_base={k: float(v) for k, v in d.get("last_base", {}).items()},
+            bias={k: int(v) for k, v in d.get("bias", {}).items()},
+            replica_bias=tuple(float(x) for x in d.get("replica_bias", ())),
+            replica_seen=tuple(int(x) for x in d.get("replica_seen", ())),
+        )
 
 
 def clamp(x: float, lo: float, hi: float) -> float:
@@ -237,8 +248,9 @@ class Controller:
         self.config = config if config is not None else self.Config(**settings)
 
     def initial_state(self, names: Sequence[str]) -> ControllerState:
-        return ControllerState(offsets={n: 0.0 for n in names}, velocity={n: 0.0 for n in names},
-                               signs={n: () for n in names})
+        return ControllerState(
+            offsets={n: 0.0 for n in names}, velocity={n: 0.0 for n in names}, signs={n: () for n in names}
+        )
 
     def decide(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
         cfg = self.config
@@ -259,37 +271,63 @@ class Controller:
         elif len(finite) < 2:
             why = "fewer than two healthy losses"
         if why:
-            return state, Decision(offsets=dict(state.offsets), weights=weights, note=why,
-                                   velocity=dict(state.velocity))
+            return state, Decision(
+                offsets=dict(state.offsets), weights=weights, note=why, velocity=dict(state.velocity)
+            )
         state, offsets, signal, note = self._move(state, window)
         state = replace(state, offsets=offsets)
         acted = any(offsets[k] != window.params[k].offset for k in offsets if k in window.params)
-        return state, Decision(offsets=dict(offsets), weights=weights, acted=acted, signal=signal,
-                               velocity=dict(state.velocity), note=note)
+        return state, Decision(
+            offsets=dict(offsets),
+            weights=weights,
+            acted=acted,
+            signal=signal,
+            velocity=dict(state.velocity),
+            note=note,
+        )
 
-    def _move(self, state: ControllerState, window: Window
-              ) -> tuple[ControllerState, dict[str, float], dict[str, float], str]:
+    def _move(
+        self, state: ControllerState, window: Window
+    ) -> tuple[ControllerState, dict[str, float], dict[str, float], str]:
         return state, dict(state.offsets), {}, "hold"
 
     # -- shared pieces -------------------------------------------------------------------------------
     def _rollback(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
         cfg = self.config
         offsets = dict(state.offsets)
-        target = cfg.rollback_param if cfg.rollback_param in window.params else next(iter(window.params), None)
+        target = (
+            cfg.rollback_param if cfg.rollback_param in window.params else next(iter(window.params), None)
+        )
         if target is not None:  # every replica failed, the lowest value too: go below it
             p = window.params[target]
-            lowest = min((v for v in p.values if v > 0), default=p.center) if p.scale == "log" else min(p.values)
+            lowest = (
+                min((v for v in p.values if v > 0), default=p.center) if p.scale == "log" else min(p.values)
+            )
             offsets[target] = p.offset_for(min(lowest, p.center) * cfg.rollback_cut)
         consecutive = state.consecutive_rollbacks + 1
-        state = replace(state, offsets=offsets, velocity={k: 0.0 for k in state.velocity},
-                        signs={k: () for k in state.signs}, evidence={}, streak={},
-                        rollbacks=state.rollbacks + 1,
-                        consecutive_rollbacks=consecutive)
+        state = replace(
+            state,
+            offsets=offsets,
+            velocity={k: 0.0 for k in state.velocity},
+            signs={k: () for k in state.signs},
+            evidence={},
+            streak={},
+            rollbacks=state.rollbacks + 1,
+            consecutive_rollbacks=consecutive,
+        )
         diverged = consecutive > cfg.max_rollbacks
-        note = (f"no healthy replica: rolled back; {target} to {cfg.rollback_cut:g} x the lowest replica's"
-                + (f"; {consecutive} consecutive rollbacks > max_rollbacks {cfg.max_rollbacks}" if diverged else ""))
-        return state, Decision(offsets=dict(offsets), weights=(), rollback=True, diverged=diverged,
-                               acted=True, velocity=dict(state.velocity), note=note)
+        note = f"no healthy replica: rolled back; {target} to {cfg.rollback_cut:g} x the lowest replica's" + (
+            f"; {consecutive} consecutive rollbacks > max_rollbacks {cfg.max_rollbacks}" if diverged else ""
+        )
+        return state, Decision(
+            offsets=dict(offsets),
+            weights=(),
+            rollback=True,
+            diverged=diverged,
+            acted=True,
+            velocity=dict(state.velocity),
+            note=note,
+        )
 
     def _weights(self, window: Window) -> tuple[float, ...]:
         healthy = window.healthy
@@ -310,19 +348,27 @@ class Controller:
 
     def _open(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
         """After the range-test window: centre every explored value on the best healthy replica's."""
-        scores = [x if (ok and math.isfinite(x)) else math.inf for x, ok in zip(window.losses, window.healthy)]
+        scores = [
+            x if (ok and math.isfinite(x)) else math.inf for x, ok in zip(window.losses, window.healthy)
+        ]
         best = min(range(len(scores)), key=lambda i: scores[i])
         offsets = dict(state.offsets)
         for name, p in window.params.items():
             levels = sorted(set(p.coords))
             coord = levels[max(levels.index(p.coords[best]) - self.config.opening_step_down, 0)]
-            offsets[name] = p.offset_for(p.center * math.exp(coord) if p.scale == "log"
-                                         else p.center * (1.0 + coord))
+            offsets[name] = p.offset_for(
+                p.center * math.exp(coord) if p.scale == "log" else p.center * (1.0 + coord)
+            )
         weights = tuple(1.0 if i == best else 0.0 for i in range(window.replicas))
         state = replace(state, offsets=offsets)
         down = f", {self.config.opening_step_down} level(s) down" if self.config.opening_step_down else ""
-        return state, Decision(offsets=dict(offsets), weights=weights, acted=True, velocity=dict(state.velocity),
-                               note=f"opening range test: centred on replica {best}{down}")
+        return state, Decision(
+            offsets=dict(offsets),
+            weights=weights,
+            acted=True,
+            velocity=dict(state.velocity),
+            note=f"opening range test: centred on replica {best}{down}",
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -367,7 +413,9 @@ class PaperController(Controller):
         cfg: PaperConfig = self.config  # type: ignore[assignment]
         finite = [x for x in window.losses if math.isfinite(x)]
         mean_loss = sum(finite) / len(finite)
-        scores = [((mean_loss - x) / cfg.temperature) if math.isfinite(x) else -math.inf for x in window.losses]
+        scores = [
+            ((mean_loss - x) / cfg.temperature) if math.isfinite(x) else -math.inf for x in window.losses
+        ]
         top = max(scores)
         raw = [math.exp(s - top) for s in scores]
         total = sum(raw)
@@ -416,11 +464,11 @@ class SlopeConfig(ControllerConfig):
 class SlopeController(Controller):
     """Least-squares slope of centered-rank fitness against each replica's coordinate.
 
-        f = centered_ranks(-L)                       (non-finite losses rank worst)
-        b = slope of f on x (x = log rho or rho - 1)
-        v <- beta * v + (1 - beta) * b               (v reset to 0 first when sign(b) flips)
-        o <- clamp(o + clip(step_size * v, +-clip), offset_bounds)   only if sign(b) agreed k windows
-                                                                    (or, if `urgent`, a replica was unhealthy)
+    f = centered_ranks(-L)                       (non-finite losses rank worst)
+    b = slope of f on x (x = log rho or rho - 1)
+    v <- beta * v + (1 - beta) * b               (v reset to 0 first when sign(b) flips)
+    o <- clamp(o + clip(step_size * v, +-clip), offset_bounds)   only if sign(b) agreed k windows
+                                                                (or, if `urgent`, a replica was unhealthy)
     """
 
     name = "slope"
@@ -440,7 +488,7 @@ class SlopeController(Controller):
                 v = 0.0
                 notes.append(f"{name}: sign flip, momentum reset")
             v = cfg.momentum * v + (1 - cfg.momentum) * b
-            history = (history + (s,))[-cfg.trust_windows:]
+            history = ((*history, s))[-cfg.trust_windows :]
             signal[name], velocity[name], signs[name] = b, v, history
             agreed = len(history) == cfg.trust_windows and s != 0 and all(h == s for h in history)
             urgent = cfg.urgent and s != 0 and not all(window.healthy)
@@ -489,8 +537,9 @@ class EvidenceConfig(ControllerConfig):
 SHARD_PRIOR_WINDOWS = 4
 
 
-def _without_shard_bias(losses: Sequence[float], bias: Sequence[float], seen: Sequence[int]
-                        ) -> tuple[list[float], tuple[float, ...], tuple[int, ...]]:
+def _without_shard_bias(
+    losses: Sequence[float], bias: Sequence[float], seen: Sequence[int]
+) -> tuple[list[float], tuple[float, ...], tuple[int, ...]]:
     """(log-losses less each replica's running offset, the updated offsets, the updated counts).
 
     A replica's offset is the mean, over the windows seen before this one, of its log-loss minus the window's
@@ -507,8 +556,10 @@ def _without_shard_bias(losses: Sequence[float], bias: Sequence[float], seen: Se
     half = len(ordered) // 2
     median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
     # shrunk toward 0 while few windows are seen: one window's offsets are mostly its multipliers' effect
-    scored = [v - b * k / (k + SHARD_PRIOR_WINDOWS) if math.isfinite(v) else math.nan
-              for v, b, k in zip(logs, bias, seen)]
+    scored = [
+        v - b * k / (k + SHARD_PRIOR_WINDOWS) if math.isfinite(v) else math.nan
+        for v, b, k in zip(logs, bias, seen)
+    ]
     new_bias, new_seen = list(bias), list(seen)
     for r, v in enumerate(logs):
         if math.isfinite(v):
@@ -543,17 +594,27 @@ class EvidenceController(Controller):
         cfg: EvidenceConfig = self.config  # type: ignore[assignment]
         n = window.replicas
         losses = [x if ok else math.nan for x, ok in zip(window.losses, window.healthy)]
-        scored, replica_bias, replica_seen = _without_shard_bias(losses, state.replica_bias, state.replica_seen)
+        scored, replica_bias, replica_seen = _without_shard_bias(
+            losses, state.replica_bias, state.replica_seen
+        )
         if cfg.shard_correction:
             losses = scored
         excluded = not all(window.healthy)
         offsets, evidence, streak = dict(state.offsets), dict(state.evidence), dict(state.streak)
-        last_base, bias_of, signal, velocity = dict(state.last_base), dict(state.bias), {}, dict(state.velocity)
+        last_base, bias_of, signal, velocity = (
+            dict(state.last_base),
+            dict(state.bias),
+            {},
+            dict(state.velocity),
+        )
         notes = []
         for name, p in window.params.items():
             previous = last_base.get(name, math.nan)
-            bias = _sign(p.base - previous) if math.isfinite(previous) and abs(p.base - previous) > 1e-12 * abs(
-                previous) else 0
+            bias = (
+                _sign(p.base - previous)
+                if math.isfinite(previous) and abs(p.base - previous) > 1e-12 * abs(previous)
+                else 0
+            )
             last_base[name] = p.base
             rho = rank_correlation(p.coords, losses)
             history = evidence.get(name, ())
@@ -561,7 +622,7 @@ class EvidenceController(Controller):
                 history = ()  # a new phase: the old evidence carried the old phase's bias
             if math.isfinite(previous):
                 bias_of[name] = bias
-            history = (history + (rho,))[-cfg.evidence_windows:]
+            history = ((*history, rho))[-cfg.evidence_windows :]
             z = sum(history) * math.sqrt((n - 1) / len(history)) if n > 1 else 0.0
             signal[name], velocity[name] = rho, z
             d = _sign(z) if abs(z) >= cfg.z_threshold else 0
@@ -582,13 +643,22 @@ class EvidenceController(Controller):
             evidence[name] = history
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
             notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")
-        state = replace(state, evidence=evidence, streak=streak, last_base=last_base, bias=bias_of,
-                        velocity=velocity, replica_bias=replica_bias, replica_seen=replica_seen)
+        state = replace(
+            state,
+            evidence=evidence,
+            streak=streak,
+            last_base=last_base,
+            bias=bias_of,
+            velocity=velocity,
+            replica_bias=replica_bias,
+            replica_seen=replica_seen,
+        )
         return state, offsets, signal, "; ".join(notes) or "no evidence beats the noise; holding"
 
 
 CONTROLLERS: dict[str, type[Controller]] = {
-    c.name: c for c in (Controller, PaperController, SlopeController, EvidenceController)}
+    c.name: c for c in (Controller, PaperController, SlopeController, EvidenceController)
+}
 
 
 DEFAULT_CONTROLLER = "evidence"

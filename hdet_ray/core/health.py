@@ -68,8 +68,13 @@ def start_loss(stats: Sequence[ReplicaStats]) -> float:
     return sum(firsts) / len(firsts) if firsts else math.nan
 
 
-def assess(stats: Sequence[ReplicaStats], config: HealthConfig, previous: float = math.nan,
-           best: float = math.nan, initial: float = math.nan) -> tuple[list[bool], dict[int, str]]:
+def assess(
+    stats: Sequence[ReplicaStats],
+    config: HealthConfig,
+    previous: float = math.nan,
+    best: float = math.nan,
+    initial: float = math.nan,
+) -> tuple[list[bool], dict[int, str]]:
     """(healthy flag per replica, reason per unhealthy replica).
 
     `previous`: the last converged window's median loss; `best`: the lowest such median of the run;
@@ -96,8 +101,9 @@ def assess(stats: Sequence[ReplicaStats], config: HealthConfig, previous: float 
     return healthy, reasons
 
 
-def _reason(s: ReplicaStats, reference: float, lowest: float, floor: float, chance: float | None,
-            config: HealthConfig) -> str | None:
+def _reason(
+    s: ReplicaStats, reference: float, lowest: float, floor: float, chance: float | None, config: HealthConfig
+) -> str | None:
     if not s.params_finite:
         return "non-finite parameters"
     if s.count == 0:
@@ -105,8 +111,12 @@ def _reason(s: ReplicaStats, reference: float, lowest: float, floor: float, chan
     if not (math.isfinite(s.mean_loss) and math.isfinite(s.tail_loss)):
         return "non-finite loss"
     worst = max(s.tail_loss, s.mean_loss)
-    if (math.isfinite(reference) and reference > 0 and worst > config.blowup_factor * reference
-            and worst - reference > floor):
+    if (
+        math.isfinite(reference)
+        and reference > 0
+        and worst > config.blowup_factor * reference
+        and worst - reference > floor
+    ):
         return f"loss blew up ({worst:.4g} > {config.blowup_factor:g} x reference {reference:.4g})"
     if chance is not None and math.isfinite(chance) and chance > 0:
         learned = min(s.min_loss, lowest) < chance * (1 - config.chance_margin)

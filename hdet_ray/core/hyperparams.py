@@ -52,20 +52,28 @@ class HyperParam:
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"HyperParam.name must be a non-empty string, got {self.name!r}")
         if self.spread not in SPREAD_KINDS:
-            raise ValueError(f"HyperParam {self.name!r}: spread must be one of {SPREAD_KINDS}, got {self.spread!r}")
+            raise ValueError(
+                f"HyperParam {self.name!r}: spread must be one of {SPREAD_KINDS}, got {self.spread!r}"
+            )
         if self.scale not in SCALES:
             raise ValueError(f"HyperParam {self.name!r}: scale must be one of {SCALES}, got {self.scale!r}")
         if self.spread != "linear" and not (self.size >= 1.0 and math.isfinite(self.size)):
-            raise ValueError(f"HyperParam {self.name!r}: log spread size (factor) must be >= 1, got {self.size}")
+            raise ValueError(
+                f"HyperParam {self.name!r}: log spread size (factor) must be >= 1, got {self.size}"
+            )
         if self.spread == "linear" and not 0.0 <= self.size < 1.0:
-            raise ValueError(f"HyperParam {self.name!r}: linear spread size (alpha) must be in [0, 1), "
-                             f"got {self.size}")
+            raise ValueError(
+                f"HyperParam {self.name!r}: linear spread size (alpha) must be in [0, 1), got {self.size}"
+            )
         if self.bounds is not None and not self.bounds[0] <= self.bounds[1]:
-            raise ValueError(f"HyperParam {self.name!r}: bounds must be (low, high) with low <= high, "
-                             f"got {self.bounds}")
+            raise ValueError(
+                f"HyperParam {self.name!r}: bounds must be (low, high) with low <= high, got {self.bounds}"
+            )
         lo, hi = self.offset_bounds
         if not lo <= 0.0 <= hi:
-            raise ValueError(f"HyperParam {self.name!r}: offset_bounds must contain 0, got {self.offset_bounds}")
+            raise ValueError(
+                f"HyperParam {self.name!r}: offset_bounds must contain 0, got {self.offset_bounds}"
+            )
 
     @property
     def explored(self) -> bool:

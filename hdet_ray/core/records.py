@@ -85,18 +85,33 @@ def _nan_for_none(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def draft_record(window, stats, reasons: dict[int, str], multipliers: dict[str, list[float]],
-                 start: float) -> WindowRecord:
+def draft_record(
+    window, stats, reasons: dict[int, str], multipliers: dict[str, list[float]], start: float
+) -> WindowRecord:
     """The record of a window before its Decision (what the controller, or its actor, receives)."""
     return WindowRecord(
-        window=window.window, step=window.step, total_steps=window.total_steps,
-        losses=list(window.losses), start_loss=start, healthy=list(window.healthy),
+        window=window.window,
+        step=window.step,
+        total_steps=window.total_steps,
+        losses=list(window.losses),
+        start_loss=start,
+        healthy=list(window.healthy),
         excluded=[r for r, ok in enumerate(window.healthy) if not ok],
-        reasons={str(r): why for r, why in reasons.items()}, weights=[],
-        params={name: ParamRecord(base=p.base, offset=p.offset, new_offset=p.offset, center=p.center,
-                                  multipliers=list(multipliers[name]), values=list(p.values))
-                for name, p in window.params.items()},
-        opening=window.opening)
+        reasons={str(r): why for r, why in reasons.items()},
+        weights=[],
+        params={
+            name: ParamRecord(
+                base=p.base,
+                offset=p.offset,
+                new_offset=p.offset,
+                center=p.center,
+                multipliers=list(multipliers[name]),
+                values=list(p.values),
+            )
+            for name, p in window.params.items()
+        },
+        opening=window.opening,
+    )
 
 
 def complete_record(record: WindowRecord, decision) -> WindowRecord:

@@ -102,8 +102,9 @@ def _correlation(a: Sequence[float], b: Sequence[float]) -> float:
     return 0.0 if denom == 0.0 else float(a @ b) / denom
 
 
-def balanced_permutations(replicas: int, names: Sequence[str], seed: int, window: int,
-                          candidates: int = 256) -> dict[str, list[int]]:
+def balanced_permutations(
+    replicas: int, names: Sequence[str], seed: int, window: int, candidates: int = 256
+) -> dict[str, list[int]]:
     """One permutation per hyperparameter, chosen so their assignments are as uncorrelated as possible.
 
     The first name gets a random permutation; each further name gets, among `candidates` seeded draws

@@ -17,8 +17,10 @@ def find_scheduler(candidates: Iterable[Any], where: str) -> HDETOneCycleLR:
     for s in candidates:
         if isinstance(s, HDETOneCycleLR):
             return s
-    raise TypeError(f"HDETCallback: {where} has no HDETOneCycleLR scheduler; build one on the trainer's "
-                    "optimizer and hand it to the trainer (see docs/integrations.md)")
+    raise TypeError(
+        f"HDETCallback: {where} has no HDETOneCycleLR scheduler; build one on the trainer's "
+        "optimizer and hand it to the trainer (see docs/integrations.md)"
+    )
 
 
 def single_reduce(scheduler: HDETOneCycleLR, wrapped: torch.nn.Module | None) -> None:
@@ -32,9 +34,11 @@ def single_reduce(scheduler: HDETOneCycleLR, wrapped: torch.nn.Module | None) ->
     hook.remove()
     scheduler._h_grad_hook = None
     scheduler.model = wrapped
-    warnings.warn("HDETCallback: the trainer wrapped the model in DDP, which averages gradients; HDET's own "
-                  "gradient average is switched off (pass the DDP-wrapped model as `model=` to avoid this)",
-                  stacklevel=3)
+    warnings.warn(
+        "HDETCallback: the trainer wrapped the model in DDP, which averages gradients; HDET's own "
+        "gradient average is switched off (pass the DDP-wrapped model as `model=` to avoid this)",
+        stacklevel=3,
+    )
 
 
 class StepLoss:
@@ -64,6 +68,6 @@ class Unlogged:
     def take(self, scheduler: HDETOneCycleLR) -> list[WindowRecord]:
         if len(scheduler.records) < self.seen:  # a rollback or a reload shortened the list
             self.seen = 0
-        new = scheduler.records[self.seen:]
+        new = scheduler.records[self.seen :]
         self.seen = len(scheduler.records)
         return new

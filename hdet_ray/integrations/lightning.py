@@ -47,11 +47,15 @@ class HDETCallback(pl.Callback):
         self.scheduler = find_scheduler([c.scheduler for c in configs], "configure_optimizers()")
         config = next(c for c in configs if c.scheduler is self.scheduler)
         if config.interval != "step" or config.frequency != 1:
-            raise ValueError("HDETCallback: the HDETOneCycleLR's lr_scheduler config needs interval='step' and "
-                             f"frequency=1 (got interval={config.interval!r}, frequency={config.frequency})")
+            raise ValueError(
+                "HDETCallback: the HDETOneCycleLR's lr_scheduler config needs interval='step' and "
+                f"frequency=1 (got interval={config.interval!r}, frequency={config.frequency})"
+            )
         single_reduce(self.scheduler, trainer.strategy.model)
 
-    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+    def on_before_backward(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
+    ) -> None:
         self._loss.add(loss * trainer.accumulate_grad_batches)  # Lightning divided it for accumulation
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:

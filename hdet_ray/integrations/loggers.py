@@ -81,17 +81,23 @@ class MLflowRecorder:
         found = self.client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
         quoted = run_name.replace("'", "")  # the filter's string literal cannot hold a quote
-        runs = self.client.search_runs([experiment_id], filter_string=f"tags.mlflow.runName = '{quoted}'",
-                                       max_results=1)
-        self.run_id = runs[0].info.run_id if runs else self.client.create_run(
-            experiment_id, run_name=run_name).info.run_id
+        runs = self.client.search_runs(
+            [experiment_id], filter_string=f"tags.mlflow.runName = '{quoted}'", max_results=1
+        )
+        self.run_id = (
+            runs[0].info.run_id
+            if runs
+            else self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        )
 
     def __call__(self, record: WindowRecord) -> None:
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(tag, value, stamp, record.step)
-                                                    for tag, value in record_scalars(record).items()])
+        self.client.log_batch(
+            self.run_id,
+            metrics=[Metric(tag, value, stamp, record.step) for tag, value in record_scalars(record).items()],
+        )
         if _last(record):
             self.close()
 

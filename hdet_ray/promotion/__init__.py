@@ -18,6 +18,22 @@ def run_study(*args, **kwargs):
     return run(*args, **kwargs)
 
 
-__all__ = ["RULES", "Budget", "Candidate", "Gate", "Outcome", "Retained", "Stage", "StageDecision", "Study",
-           "StudyChanged", "StudyError", "Verdict", "account", "decide_stage", "fingerprint", "register_rule",
-           "run_study"]
+__all__ = [
+    "RULES",
+    "Budget",
+    "Candidate",
+    "Gate",
+    "Outcome",
+    "Retained",
+    "Stage",
+    "StageDecision",
+    "Study",
+    "StudyChanged",
+    "StudyError",
+    "Verdict",
+    "account",
+    "decide_stage",
+    "fingerprint",
+    "register_rule",
+    "run_study",
+]

@@ -64,8 +64,15 @@ def account(study: Study, cells: Iterable[Mapping[str, Any]]) -> Budget:
     for s in study.stages:
         rows = by_stage[s.name]
         hours = [float(r["worker_seconds"]) / 3600.0 for r in rows]
-        stages.append(StageBudget(s.name, len({r["candidate"] for r in rows}), len(rows), sum(hours),
-                                  statistics.fmean(hours) if hours else None))
+        stages.append(
+            StageBudget(
+                s.name,
+                len({r["candidate"] for r in rows}),
+                len(rows),
+                sum(hours),
+                statistics.fmean(hours) if hours else None,
+            )
+        )
     counterfactuals = []
     spent_so_far = 0.0
     for k, sb in enumerate(stages):
@@ -78,6 +85,7 @@ def account(study: Study, cells: Iterable[Mapping[str, Any]]) -> Budget:
                 later = None
                 break
             later += sb.candidates * cells_per_candidate(study, j) * stages[j].mean_cell_hours
-        counterfactuals.append(Counterfactual(sb.stage, sb.candidates, later,
-                                              None if later is None else spent_so_far + later))
+        counterfactuals.append(
+            Counterfactual(sb.stage, sb.candidates, later, None if later is None else spent_so_far + later)
+        )
     return Budget(stages, sum(s.worker_hours for s in stages), counterfactuals)

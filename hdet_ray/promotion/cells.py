@@ -45,8 +45,9 @@ def cell_spec(study: Study, candidate: str, seed: int, steps: int) -> dict[str, 
     return JobSpec.parse(data, f"candidate {candidate!r}").model_dump(mode="json")
 
 
-def stage_cells(study: Study, stage_index: int, candidates: list[str],
-                finished: Collection[str] | None = None) -> list[CellJob]:
+def stage_cells(
+    study: Study, stage_index: int, candidates: list[str], finished: Collection[str] | None = None
+) -> list[CellJob]:
     """The stage's cells for `candidates`. A cell whose previous-stage cell is not in `finished` (when
     given) restarts instead of continuing."""
     stage = study.stages[stage_index]
@@ -66,8 +67,19 @@ def stage_cells(study: Study, stage_index: int, candidates: list[str],
                 else:
                     steps = stage.steps - prev.steps
             key = cell_key(seed, host)
-            jobs.append(CellJob(f"{stage.name}/{c}/{key}", stage.name, c, seed, host,
-                                cell_spec(study, c, seed, steps), stage.steps, continue_from, study.metric))
+            jobs.append(
+                CellJob(
+                    f"{stage.name}/{c}/{key}",
+                    stage.name,
+                    c,
+                    seed,
+                    host,
+                    cell_spec(study, c, seed, steps),
+                    stage.steps,
+                    continue_from,
+                    study.metric,
+                )
+            )
     return jobs
 
 
@@ -81,8 +93,10 @@ def validate_cells(study: Study, max_replicas: int | None = None) -> None:
             raise StudyError(f"stages.{k} ({stage.name}): {e}") from None
         for job in jobs:
             if max_replicas is not None and job.spec["replicas"] > max_replicas:
-                raise StudyError(f"candidates.{job.candidate}: replicas={job.spec['replicas']}, but this "
-                                 f"executor runs at most {max_replicas} (use the run_job executor)")
+                raise StudyError(
+                    f"candidates.{job.candidate}: replicas={job.spec['replicas']}, but this "
+                    f"executor runs at most {max_replicas} (use the run_job executor)"
+                )
 
 
 def checkpoint_path(root: Path, cell_id: str) -> Path:

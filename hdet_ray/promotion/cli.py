@@ -23,14 +23,27 @@ from hdet_ray.promotion.protocol import Study, StudyError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("study", nargs="?", help="the study definition (YAML or JSON file)")
-    parser.add_argument("--study-json", default=None, help="the study definition inline, as JSON (instead of a file)")
-    parser.add_argument("--out", default="runs/studies", help="where records are written (default: %(default)s)")
-    parser.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS, else a local Ray)")
-    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray started for the study")
-    parser.add_argument("--concurrency", type=int, default=None,
-                        help="cells at a time (default: the cluster's CPUs)")
-    parser.add_argument("--executor", choices=["inprocess", "run_job"], default="inprocess",
-                        help="inprocess: one-replica cells as Ray tasks; run_job: each cell a full job")
+    parser.add_argument(
+        "--study-json", default=None, help="the study definition inline, as JSON (instead of a file)"
+    )
+    parser.add_argument(
+        "--out", default="runs/studies", help="where records are written (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--address", default=None, help="Ray address (default: RAY_ADDRESS, else a local Ray)"
+    )
+    parser.add_argument(
+        "--num-cpus", type=int, default=None, help="CPUs of the local Ray started for the study"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="cells at a time (default: the cluster's CPUs)"
+    )
+    parser.add_argument(
+        "--executor",
+        choices=["inprocess", "run_job"],
+        default="inprocess",
+        help="inprocess: one-replica cells as Ray tasks; run_job: each cell a full job",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -58,8 +71,12 @@ def main(args: argparse.Namespace) -> int:
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
-        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-                 _temp_dir=tempfile.mkdtemp(prefix="hdet-promote-"))
+        ray.init(
+            num_cpus=args.num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            _temp_dir=tempfile.mkdtemp(prefix="hdet-promote-"),
+        )
     try:
         record = run_study(study, args.out, executor=executor, concurrency=args.concurrency)
     except (StudyError, StudyChanged) as e:
@@ -68,8 +85,10 @@ def main(args: argparse.Namespace) -> int:
     finally:
         ray.shutdown()
     winner = record.decisions.get(study.stages[-1].name, {}).get("winner")
-    print(f"study {study.name}: finished; winner {winner}; "
-          f"{record.data['budget']['spent_hours']:.4f} worker-hours; record in {record.path}")
+    print(
+        f"study {study.name}: finished; winner {winner}; "
+        f"{record.data['budget']['spent_hours']:.4f} worker-hours; record in {record.path}"
+    )
     return 0
 
 

@@ -50,10 +50,16 @@ class StageDecision:
         return [c for c in self.order if not self.outcomes[c].advanced]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "order": self.order, "final": self.final, "winner": self.winner,
-                "advanced": self.advanced, "stopped": self.stopped,
-                "outcomes": {c: asdict(o) for c, o in self.outcomes.items()},
-                "verdicts": {g: {c: asdict(v) for c, v in vs.items()} for g, vs in self.verdicts.items()}}
+        return {
+            "stage": self.stage,
+            "order": self.order,
+            "final": self.final,
+            "winner": self.winner,
+            "advanced": self.advanced,
+            "stopped": self.stopped,
+            "outcomes": {c: asdict(o) for c, o in self.outcomes.items()},
+            "verdicts": {g: {c: asdict(v) for c, v in vs.items()} for g, vs in self.verdicts.items()},
+        }
 
 
 def gate_label(i: int, gate: Gate) -> str:
@@ -79,7 +85,9 @@ def decide_stage(study: Study, stage_index: int, table: Table) -> StageDecision:
     for i, gate in enumerate(study.gates):
         if gate.stages is not None and stage.name not in gate.stages:
             continue
-        judged = [c for c in alive if (c in gate.candidates if gate.candidates is not None else c not in retained)]
+        judged = [
+            c for c in alive if (c in gate.candidates if gate.candidates is not None else c not in retained)
+        ]
         if not judged:
             continue
         label = gate_label(i, gate)

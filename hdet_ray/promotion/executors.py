@@ -99,18 +99,23 @@ class RunJobExecutor:
         from hdet_ray.spec import JobSpec
 
         if job.continue_from is not None:
-            raise RuntimeError(f"{job.id}: the run_job executor cannot continue from a checkpoint; "
-                               f"declare the stage with start: restart")
+            raise RuntimeError(
+                f"{job.id}: the run_job executor cannot continue from a checkpoint; "
+                f"declare the stage with start: restart"
+            )
         # A cell-unique job name: run_job names the controller actor after it, and cells run concurrently.
         spec = JobSpec.model_validate({**job.spec, "name": job.id.replace("/", ".")})
         result = run_job(spec, storage_path=str(Path(root) / "jobs"), progress=False)
-        return CellRun(finite(result.metrics), float(result.worker_seconds), uuid.uuid4().hex,
-                       None, str(result.run_dir))
+        return CellRun(
+            finite(result.metrics), float(result.worker_seconds), uuid.uuid4().hex, None, str(result.run_dir)
+        )
 
 
 def finite(metrics: dict[str, Any]) -> dict[str, float | None]:
     """Metrics as the record stores them: a diverged (non-finite) value becomes None, i.e. no result."""
-    return {k: float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for k, v in metrics.items()}
+    return {
+        k: float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for k, v in metrics.items()
+    }
 
 
 EXECUTORS = {"inprocess": InProcessExecutor, "run_job": RunJobExecutor}

@@ -20,7 +20,8 @@ class StudyChanged(ValueError):
         listed = "\n".join(f"  {c}" for c in changes)
         super().__init__(
             f"study {name!r} was frozen before its first stage and cannot change; changed:\n{listed}\n"
-            f"Revert the change, or declare a new study (give it a new name) to run the changed protocol.")
+            f"Revert the change, or declare a new study (give it a new name) to run the changed protocol."
+        )
 
 
 def canonical(definition: dict[str, Any]) -> str:

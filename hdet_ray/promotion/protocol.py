@@ -44,7 +44,9 @@ class Candidate(_Model):
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     overrides: dict[str, Any] = Field(default_factory=dict)
-    continuable: bool = Field(True, description="A later stage may continue from this candidate's checkpoint.")
+    continuable: bool = Field(
+        True, description="A later stage may continue from this candidate's checkpoint."
+    )
 
 
 class Stage(_Model):
@@ -53,11 +55,18 @@ class Stage(_Model):
     name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     steps: int = Field(..., ge=1, le=10_000_000, description="Budget in optimizer steps per replica.")
     seeds: list[int] = Field(..., min_length=1, max_length=64)
-    hosts: list[str] = Field(default_factory=list, max_length=64,
-                             description="Host labels; cells run on Ray nodes with resource 'host:<label>'.")
-    advance: int | None = Field(None, ge=1, description="How many advance by mean rank (besides the retained).")
+    hosts: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Host labels; cells run on Ray nodes with resource 'host:<label>'.",
+    )
+    advance: int | None = Field(
+        None, ge=1, description="How many advance by mean rank (besides the retained)."
+    )
     start: Literal["restart", "continue"] = Field(
-        "restart", description="continue: resume each continuable candidate from its previous-stage checkpoint.")
+        "restart",
+        description="continue: resume each continuable candidate from its previous-stage checkpoint.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Stage:
@@ -75,7 +84,9 @@ class Gate(_Model):
     margin: float | None = Field(None, ge=0, description="Allowed gap to the reference, in metric units.")
     k: int | None = Field(None, ge=1, description="top_k: how many pass.")
     stages: list[str] | None = Field(None, description="Stages it applies at (default: every stage).")
-    candidates: list[str] | None = Field(None, description="Candidates it applies to (default: all but retained).")
+    candidates: list[str] | None = Field(
+        None, description="Candidates it applies to (default: all but retained)."
+    )
 
 
 class Retained(_Model):
@@ -93,7 +104,9 @@ class Study(Document):
     name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     metric: str = Field("val_loss", min_length=1, max_length=64)
     mode: Literal["min", "max"] = "min"
-    base: dict[str, Any] = Field(default_factory=dict, description="The job spec every candidate starts from.")
+    base: dict[str, Any] = Field(
+        default_factory=dict, description="The job spec every candidate starts from."
+    )
     candidates: list[Candidate] = Field(..., min_length=1, max_length=256)
     retained: Retained
     stages: list[Stage] = Field(..., min_length=1, max_length=16)
@@ -114,11 +127,15 @@ class Study(Document):
         if len(set(stage_names)) != len(stage_names):
             raise ValueError(f"stages: names must be unique, got {stage_names}")
         if self.stages[0].start == "continue":
-            raise ValueError(f"stages.0.start: the first stage has nothing to continue from ({self.stages[0].name})")
+            raise ValueError(
+                f"stages.0.start: the first stage has nothing to continue from ({self.stages[0].name})"
+            )
         for i in range(1, len(self.stages)):
             if self.stages[i].steps <= self.stages[i - 1].steps and self.stages[i].start == "continue":
-                raise ValueError(f"stages.{i}.steps: a continued stage needs more than the previous budget "
-                                 f"({self.stages[i - 1].steps}), got {self.stages[i].steps}")
+                raise ValueError(
+                    f"stages.{i}.steps: a continued stage needs more than the previous budget "
+                    f"({self.stages[i - 1].steps}), got {self.stages[i].steps}"
+                )
         for i, g in enumerate(self.gates):
             if g.rule not in RULES:
                 raise ValueError(f"gates.{i}.rule: unknown rule {g.rule!r}; known: {sorted(RULES)}")

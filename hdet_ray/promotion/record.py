@@ -41,9 +41,20 @@ class StudyRecord:
             check_unchanged(study.name, rec.data["definition"], study.definition())
             return rec
         definition = study.definition()
-        rec = cls(path, {"format": FORMAT, "study": study.name, "fingerprint": fingerprint(definition),
-                         "frozen_at": now(), "definition": definition, "status": "running",
-                         "cells": {}, "decisions": {}, "budget": None})
+        rec = cls(
+            path,
+            {
+                "format": FORMAT,
+                "study": study.name,
+                "fingerprint": fingerprint(definition),
+                "frozen_at": now(),
+                "definition": definition,
+                "status": "running",
+                "cells": {},
+                "decisions": {},
+                "budget": None,
+            },
+        )
         rec.save()
         return rec
 

@@ -20,13 +20,23 @@ def _f(x: float | None, digits: int = 4) -> str:
 
 def markdown(study: Study, record: dict[str, Any], tables: dict[str, dict]) -> str:
     ref = study.retained.reference
-    lines = [f"# Study `{study.name}`", "",
-             (f"Metric `{study.metric}` ({'lower' if study.mode == 'min' else 'higher'} is better); reference "
-              f"`{ref}`, controls {', '.join(f'`{c}`' for c in study.retained.controls) or 'none'}."),
-             f"Definition frozen at {record['frozen_at']}, SHA-256 `{record['fingerprint']}`.", "",
-             "Gates (declared before stage 1):", ""]
-    lines += [f"- `{g.rule}` margin={g.margin} k={g.k} stages={g.stages or 'all'} "
-              f"candidates={g.candidates or 'all challengers'}" for g in study.gates] or ["- none"]
+    lines = [
+        f"# Study `{study.name}`",
+        "",
+        (
+            f"Metric `{study.metric}` ({'lower' if study.mode == 'min' else 'higher'} is better); reference "
+            f"`{ref}`, controls {', '.join(f'`{c}`' for c in study.retained.controls) or 'none'}."
+        ),
+        f"Definition frozen at {record['frozen_at']}, SHA-256 `{record['fingerprint']}`.",
+        "",
+        "Gates (declared before stage 1):",
+        "",
+    ]
+    lines += [
+        f"- `{g.rule}` margin={g.margin} k={g.k} stages={g.stages or 'all'} "
+        f"candidates={g.candidates or 'all challengers'}"
+        for g in study.gates
+    ] or ["- none"]
     for stage in study.stages:
         decision = record["decisions"].get(stage.name)
         table = tables.get(stage.name) or {}
@@ -34,37 +44,72 @@ def markdown(study: Study, record: dict[str, Any], tables: dict[str, dict]) -> s
             continue
         s = summarize(table, ref, study.mode)
         cells = sorted({k for row in table.values() for k in row})
-        lines += ["", f"## Stage `{stage.name}`: {stage.steps} steps, seeds {stage.seeds}"
-                  + (f", hosts {stage.hosts}" if stage.hosts else "") + f", start: {stage.start}", ""]
-        lines.append("| candidate | " + " | ".join(f"{c} (rank)" for c in cells)
-                     + " | mean | std | mean rank | mean gap | outcome |")
+        lines += [
+            "",
+            f"## Stage `{stage.name}`: {stage.steps} steps, seeds {stage.seeds}"
+            + (f", hosts {stage.hosts}" if stage.hosts else "")
+            + f", start: {stage.start}",
+            "",
+        ]
+        lines.append(
+            "| candidate | "
+            + " | ".join(f"{c} (rank)" for c in cells)
+            + " | mean | std | mean rank | mean gap | outcome |"
+        )
         lines.append("|---" * (len(cells) + 6) + "|")
         order = decision["order"] if decision else sorted(table)
         for cand in order:
             row = s[cand]
             out = decision["outcomes"][cand] if decision else None
-            verdict = "-" if out is None else (
-                f"{'advanced' if out['advanced'] else 'stopped'}: {out['rule']} ({out['reason']})")
-            lines.append(f"| {cand} | " + " | ".join(
-                f"{_f(row.metrics.get(c))} ({row.ranks[c]:g})" if c in row.metrics else "failed" for c in cells)
-                + f" | {_f(row.mean)} | {_f(row.std)} | {_f(row.mean_rank, 2)} | {_f(row.mean_gap)} | {verdict} |")
+            verdict = (
+                "-"
+                if out is None
+                else (f"{'advanced' if out['advanced'] else 'stopped'}: {out['rule']} ({out['reason']})")
+            )
+            lines.append(
+                f"| {cand} | "
+                + " | ".join(
+                    f"{_f(row.metrics.get(c))} ({row.ranks[c]:g})" if c in row.metrics else "failed"
+                    for c in cells
+                )
+                + f" | {_f(row.mean)} | {_f(row.std)} | {_f(row.mean_rank, 2)} | {_f(row.mean_gap)} | {verdict} |"
+            )
         if decision and decision.get("winner"):
             lines += ["", f"Winner: **{decision['winner']}** (best mean rank among the accepted)."]
     budget = record.get("budget")
     if budget:
-        lines += ["", "## Budget (worker-hours)", "", "| stage | candidates | cells | spent | mean per cell |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {b['stage']} | {b['candidates']} | {b['cells']} | {b['worker_hours']:.6f} | "
-                  f"{_f(b['mean_cell_hours'], 6)} |" for b in budget["stages"]]
-        lines += [f"| **total** | | | **{budget['spent_hours']:.6f}** | |", "",
-                  "Counterfactuals: had every candidate that ran a stage continued through every later stage:", "",
-                  "| from stage | candidates | later stages | study total |", "|---|---|---|---|"]
-        lines += [f"| {c['from_stage']} | {c['candidates']} | {_f(c['later_hours'], 6)} | "
-                  f"{_f(c['total_hours'], 6)} |" for c in budget["counterfactuals"]]
+        lines += [
+            "",
+            "## Budget (worker-hours)",
+            "",
+            "| stage | candidates | cells | spent | mean per cell |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {b['stage']} | {b['candidates']} | {b['cells']} | {b['worker_hours']:.6f} | "
+            f"{_f(b['mean_cell_hours'], 6)} |"
+            for b in budget["stages"]
+        ]
+        lines += [
+            f"| **total** | | | **{budget['spent_hours']:.6f}** | |",
+            "",
+            "Counterfactuals: had every candidate that ran a stage continued through every later stage:",
+            "",
+            "| from stage | candidates | later stages | study total |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {c['from_stage']} | {c['candidates']} | {_f(c['later_hours'], 6)} | "
+            f"{_f(c['total_hours'], 6)} |"
+            for c in budget["counterfactuals"]
+        ]
     failed = [c for c in record["cells"].values() if c["status"] == "failed"]
     if failed:
         lines += ["", "## Failed cells", ""]
-        lines += [f"- `{c['id']}` after {len(c['attempts'])} attempt(s): {c['attempts'][-1]['error']}" for c in failed]
+        lines += [
+            f"- `{c['id']}` after {len(c['attempts'])} attempt(s): {c['attempts'][-1]['error']}"
+            for c in failed
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -54,26 +54,40 @@ def _needs_k(gate, where: str) -> None:
         raise ValueError(f"{where}.k: rule {gate.rule!r} needs k >= 1")
 
 
-def within_margin(gate, summaries: dict[str, Summary], candidates: Sequence[str], reference: str,
-                  ) -> dict[str, Verdict]:
+def within_margin(
+    gate,
+    summaries: dict[str, Summary],
+    candidates: Sequence[str],
+    reference: str,
+) -> dict[str, Verdict]:
     ref_cells = set(summaries[reference].metrics) if reference in summaries else set()
     out = {}
     for c in candidates:
         s = summaries[c]
         missing = sorted(ref_cells - set(s.gaps))
         if not s.gaps or missing:
-            out[c] = Verdict(False, None, f"no result in cell(s) {missing or sorted(ref_cells)} to compare "
-                                          f"with {reference}")
+            out[c] = Verdict(
+                False,
+                None,
+                f"no result in cell(s) {missing or sorted(ref_cells)} to compare with {reference}",
+            )
             continue
         cell, worst = max(s.gaps.items(), key=lambda kv: (kv[1], kv[0]))
         ok = worst <= gate.margin + EPS
-        out[c] = Verdict(ok, worst, f"worst gap to {reference} {worst:+.4f} in cell {cell} "
-                                    f"{'<=' if ok else '>'} {gate.margin:.4f}")
+        out[c] = Verdict(
+            ok,
+            worst,
+            f"worst gap to {reference} {worst:+.4f} in cell {cell} {'<=' if ok else '>'} {gate.margin:.4f}",
+        )
     return out
 
 
-def mean_gap(gate, summaries: dict[str, Summary], candidates: Sequence[str], reference: str,
-             ) -> dict[str, Verdict]:
+def mean_gap(
+    gate,
+    summaries: dict[str, Summary],
+    candidates: Sequence[str],
+    reference: str,
+) -> dict[str, Verdict]:
     out = {}
     for c in candidates:
         g = summaries[c].mean_gap
@@ -81,13 +95,21 @@ def mean_gap(gate, summaries: dict[str, Summary], candidates: Sequence[str], ref
             out[c] = Verdict(False, None, f"no cell shared with {reference}")
             continue
         ok = g <= gate.margin + EPS
-        out[c] = Verdict(ok, g, f"mean gap to {reference} {g:+.4f} over {len(summaries[c].gaps)} cell(s) "
-                                f"{'<=' if ok else '>'} {gate.margin:.4f}")
+        out[c] = Verdict(
+            ok,
+            g,
+            f"mean gap to {reference} {g:+.4f} over {len(summaries[c].gaps)} cell(s) "
+            f"{'<=' if ok else '>'} {gate.margin:.4f}",
+        )
     return out
 
 
-def top_k(gate, summaries: dict[str, Summary], candidates: Sequence[str], reference: str,
-          ) -> dict[str, Verdict]:
+def top_k(
+    gate,
+    summaries: dict[str, Summary],
+    candidates: Sequence[str],
+    reference: str,
+) -> dict[str, Verdict]:
     order = [c for c in order_by_mean_rank(summaries) if c in candidates]
     out = {}
     for place, c in enumerate(order, 1):

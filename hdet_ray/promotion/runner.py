@@ -38,8 +38,14 @@ def _run_cell(executor: Executor, job: CellJob, root: str) -> CellRun:
     return executor.run(job, root)
 
 
-def run_study(study: Study, root: str | Path, *, executor: Executor | None = None,
-              concurrency: int | None = None, log: Log = _stderr) -> StudyRecord:
+def run_study(
+    study: Study,
+    root: str | Path,
+    *,
+    executor: Executor | None = None,
+    concurrency: int | None = None,
+    log: Log = _stderr,
+) -> StudyRecord:
     """Run (or resume) `study` under `root/<study.name>/` on the connected Ray cluster; returns its record."""
     import ray
 
@@ -48,8 +54,10 @@ def run_study(study: Study, root: str | Path, *, executor: Executor | None = Non
     if not executor.continues:
         for i, stage in enumerate(study.stages):
             if stage.start == "continue" and any(c.continuable for c in study.candidates):
-                raise StudyError(f"stages.{i}.start: {type(executor).__name__} cannot continue from a "
-                                 f"checkpoint; declare 'restart' or mark the candidates continuable: false")
+                raise StudyError(
+                    f"stages.{i}.start: {type(executor).__name__} cannot continue from a "
+                    f"checkpoint; declare 'restart' or mark the candidates continuable: false"
+                )
     record = StudyRecord.open(root, study)  # freezes the definition before stage 1, or checks it
     _check_hosts(study, ray.cluster_resources())
     capacity = concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -62,8 +70,10 @@ def run_study(study: Study, root: str | Path, *, executor: Executor | None = Non
         finished = {i for i, c in record.cells.items() if c["status"] == "finished"}
         jobs = stage_cells(study, k, live, finished)
         todo = [j for j in jobs if j.id not in record.cells]
-        log(f"[{study.name}] stage {stage.name}: {len(live)} candidates, {len(jobs)} cells, "
-            f"{len(jobs) - len(todo)} already in the record")
+        log(
+            f"[{study.name}] stage {stage.name}: {len(live)} candidates, {len(jobs)} cells, "
+            f"{len(jobs) - len(todo)} already in the record"
+        )
         _run_cells(todo, executor, record, capacity, study.retries, log)
         decision = decide_stage(study, k, record.table(study, stage.name))
         record.decisions[stage.name] = decision.to_dict()
@@ -89,12 +99,15 @@ def _check_hosts(study: Study, resources: dict[str, float]) -> None:
     for i, stage in enumerate(study.stages):
         for host in stage.hosts:
             if f"host:{host}" not in resources:
-                raise StudyError(f"stages.{i}.hosts: no Ray node offers the resource 'host:{host}'; start "
-                                 f"that host's node with --resources '{{\"host:{host}\": 1}}'")
+                raise StudyError(
+                    f"stages.{i}.hosts: no Ray node offers the resource 'host:{host}'; start "
+                    f"that host's node with --resources '{{\"host:{host}\": 1}}'"
+                )
 
 
-def _run_cells(todo: list[CellJob], executor: Executor, record: StudyRecord, capacity: int, retries: int,
-               log: Log) -> None:
+def _run_cells(
+    todo: list[CellJob], executor: Executor, record: StudyRecord, capacity: int, retries: int, log: Log
+) -> None:
     import ray
 
     task = ray.remote(max_retries=0)(_run_cell)
@@ -111,10 +124,15 @@ def _run_cells(todo: list[CellJob], executor: Executor, record: StudyRecord, cap
             job, started = pending.pop(ref)
             try:
                 run: CellRun = ray.get(ref)
-            except (ray.exceptions.RayError, ValueError, RuntimeError) as e:  # a raising cell or a dead worker
+            except (
+                ray.exceptions.RayError,
+                ValueError,
+                RuntimeError,
+            ) as e:  # a raising cell or a dead worker
                 wall = time.perf_counter() - started
-                attempts[job.id].append({"error": _describe(e), "worker_seconds": wall * job.spec["replicas"],
-                                         "at": now()})
+                attempts[job.id].append(
+                    {"error": _describe(e), "worker_seconds": wall * job.spec["replicas"], "at": now()}
+                )
                 if len(attempts[job.id]) <= retries:
                     log(f"  {job.id}: crashed ({attempts[job.id][-1]['error']}); retrying")
                     queue.append(job)
@@ -129,13 +147,26 @@ def _run_cells(todo: list[CellJob], executor: Executor, record: StudyRecord, cap
 
 def _cell(job: CellJob, status: str, metrics: dict, failed: list[dict], run: CellRun | None) -> dict:
     cost = sum(a["worker_seconds"] for a in failed) + (run.worker_seconds if run else 0.0)
-    return {"id": job.id, "stage": job.stage, "candidate": job.candidate, "seed": job.seed, "host": job.host,
-            "status": status, "metrics": metrics, "budget_steps": job.budget_steps,
-            "steps_run": job.spec["steps"], "replicas": job.spec["replicas"],
-            "continued_from": job.continue_from, "worker_seconds": cost,
-            "attempts": failed + ([{"error": None, "worker_seconds": run.worker_seconds, "at": now()}] if run else []),
-            "run_id": run.run_id if run else None, "checkpoint": run.checkpoint if run else None,
-            "run_dir": run.run_dir if run else None, "finished_at": now()}
+    return {
+        "id": job.id,
+        "stage": job.stage,
+        "candidate": job.candidate,
+        "seed": job.seed,
+        "host": job.host,
+        "status": status,
+        "metrics": metrics,
+        "budget_steps": job.budget_steps,
+        "steps_run": job.spec["steps"],
+        "replicas": job.spec["replicas"],
+        "continued_from": job.continue_from,
+        "worker_seconds": cost,
+        "attempts": failed
+        + ([{"error": None, "worker_seconds": run.worker_seconds, "at": now()}] if run else []),
+        "run_id": run.run_id if run else None,
+        "checkpoint": run.checkpoint if run else None,
+        "run_dir": run.run_dir if run else None,
+        "finished_at": now(),
+    }
 
 
 def _describe(e: BaseException) -> str:

@@ -20,8 +20,10 @@ def cell_key(seed: int, host: str | None = None) -> str:
 
 def clean(table: Table) -> Table:
     """Only finite values; candidates with none keep an empty row."""
-    return {c: {k: float(v) for k, v in row.items() if v is not None and math.isfinite(v)}
-            for c, row in table.items()}
+    return {
+        c: {k: float(v) for k, v in row.items() if v is not None and math.isfinite(v)}
+        for c, row in table.items()
+    }
 
 
 def cell_ranks(table: Table, mode: str = "min") -> dict[str, dict[str, float]]:
@@ -37,7 +39,7 @@ def cell_ranks(table: Table, mode: str = "min") -> dict[str, dict[str, float]]:
             j = i
             while j + 1 < len(entries) and entries[j + 1][0] == entries[i][0]:
                 j += 1
-            for _, c in entries[i:j + 1]:
+            for _, c in entries[i : j + 1]:
                 ranks[c][cell] = (i + j) / 2 + 1
             i = j + 1
     return ranks
@@ -72,17 +74,22 @@ def summarize(table: Table, reference: str, mode: str = "min") -> dict[str, Summ
         values = list(row.values())
         gaps = {k: gap(v, ref[k], mode) for k, v in row.items() if k in ref}
         out[c] = Summary(
-            metrics=dict(row), ranks=ranks[c],
+            metrics=dict(row),
+            ranks=ranks[c],
             mean=statistics.fmean(values) if values else None,
             std=statistics.stdev(values) if len(values) > 1 else None,
             mean_rank=statistics.fmean(ranks[c].values()) if ranks[c] else None,
-            gaps=gaps, mean_gap=statistics.fmean(gaps.values()) if gaps else None)
+            gaps=gaps,
+            mean_gap=statistics.fmean(gaps.values()) if gaps else None,
+        )
     return out
 
 
 def order_by_mean_rank(summaries: dict[str, Summary]) -> list[str]:
     """Candidates best first; ties broken by name. Candidates without results last."""
+
     def key(c: str) -> tuple:
         s = summaries[c]
         return (s.mean_rank is None, s.mean_rank or 0.0, c)
+
     return sorted(summaries, key=key)

@@ -28,11 +28,22 @@ from hdet_ray.promotion.table import Table, cell_key
 
 
 class PromotionScheduler(TrialScheduler):
-    def __init__(self, study: Study, *, candidate_key: str = "candidate", seed_key: str = "seed",
-                 time_attr: str = "training_iteration") -> None:
+    def __init__(
+        self,
+        study: Study,
+        *,
+        candidate_key: str = "candidate",
+        seed_key: str = "seed",
+        time_attr: str = "training_iteration",
+    ) -> None:
         super().__init__()
         self._supports_buffered_results = False
-        self.study, self.candidate_key, self.seed_key, self.time_attr = study, candidate_key, seed_key, time_attr
+        self.study, self.candidate_key, self.seed_key, self.time_attr = (
+            study,
+            candidate_key,
+            seed_key,
+            time_attr,
+        )
         self._metric, self._mode = study.metric, study.mode
         self._cell: dict[Trial, tuple[str, int]] = {}
         self._stage: dict[Trial, int] = {}
@@ -51,8 +62,10 @@ class PromotionScheduler(TrialScheduler):
         names = [c.name for c in self.study.candidates]
         candidate, seed = trial.config.get(self.candidate_key), trial.config.get(self.seed_key, 0)
         if candidate not in names:
-            raise ValueError(f"config.{self.candidate_key}: {candidate!r} is not a candidate of study "
-                             f"{self.study.name!r}; candidates: {names}")
+            raise ValueError(
+                f"config.{self.candidate_key}: {candidate!r} is not a candidate of study "
+                f"{self.study.name!r}; candidates: {names}"
+            )
         self._cell[trial] = (candidate, int(seed))
         self._stage[trial] = 0
 
@@ -100,7 +113,11 @@ class PromotionScheduler(TrialScheduler):
     def _maybe_decide(self, tune_controller, k: int, current: Trial | None) -> str | None:
         """Decide stage k once every live trial of it has reported; the current trial's action, if decided."""
         members = [t for t, s in self._stage.items() if s == k]
-        if not members or any(t not in self._results[k] and t not in self._ended for t in members) or len(self.decisions) != k:
+        if (
+            not members
+            or any(t not in self._results[k] and t not in self._ended for t in members)
+            or len(self.decisions) != k
+        ):
             return None
         table: Table = {}
         for t in members:

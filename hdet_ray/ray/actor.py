@@ -46,8 +46,14 @@ class ControllerHost:
         dropped = self.log.rewind(window)
         self.state = ControllerState.from_dict(state) if state is not None else None
         if window or dropped:
-            self.restores.append({"window": window, "dropped": dropped, "state": state,
-                                  "recorded": self.history.get(window - 1)})
+            self.restores.append(
+                {
+                    "window": window,
+                    "dropped": dropped,
+                    "state": state,
+                    "recorded": self.history.get(window - 1),
+                }
+            )
         self.history = {w: s for w, s in self.history.items() if w < window}
 
     def decide(self, window: Window, record: dict[str, Any]) -> tuple[Decision, dict[str, Any]]:
@@ -66,8 +72,9 @@ class ControllerHost:
     def finalize(self, metrics: dict[str, float]) -> None:
         """Put the run's final validation metrics into the last record (and re-send it)."""
         self.calls["finalize"] += 1
-        record = self.log.update_last({k: (v if math.isfinite(v) else None) for k, v in metrics.items()
-                                       if isinstance(v, (int, float))})
+        record = self.log.update_last(
+            {k: (v if math.isfinite(v) else None) for k, v in metrics.items() if isinstance(v, (int, float))}
+        )
         if record is not None and self.pusher is not None:
             self.pusher.offer(record)
 
@@ -76,11 +83,15 @@ class ControllerHost:
         return self.log.since(since)
 
     def stats(self) -> dict[str, Any]:
-        return {"windows": len(self.log), "calls": dict(self.calls), "restores": list(self.restores),
-                "state": self.state.to_dict() if self.state is not None else None,
-                "pushed": self.pusher.sent if self.pusher else 0,
-                "unsent": self.pusher.unsent if self.pusher else 0,
-                "push_error": self.pusher.last_error if self.pusher else ""}
+        return {
+            "windows": len(self.log),
+            "calls": dict(self.calls),
+            "restores": list(self.restores),
+            "state": self.state.to_dict() if self.state is not None else None,
+            "pushed": self.pusher.sent if self.pusher else 0,
+            "unsent": self.pusher.unsent if self.pusher else 0,
+            "push_error": self.pusher.last_error if self.pusher else "",
+        }
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush the service push (bounded by `timeout_s`); returns `stats()`."""

@@ -44,11 +44,14 @@ def main(args: argparse.Namespace) -> int:
         return 2
     from hdet_ray.ray.job import run_job
 
-    print(f"hdet run: task {spec.task}, {spec.replicas} replicas, {spec.steps} steps, "
-          f"sync every {spec.sync_every} ({spec.total_windows} windows)", flush=True)
+    print(
+        f"hdet run: task {spec.task}, {spec.replicas} replicas, {spec.steps} steps, "
+        f"sync every {spec.sync_every} ({spec.total_windows} windows)",
+        flush=True,
+    )
     try:
         result = run_job(spec, storage_path=args.storage_path, progress=not args.quiet)
-    except Exception as e:  # noqa: BLE001 - a failed run: say why in a paragraph, not a stack of Ray frames
+    except Exception as e:
         from hdet_ray.ray.job import failure_reason
 
         # One line, which the service shows as the job's message: the cause, not Ray's wrapper.
@@ -59,15 +62,19 @@ def main(args: argparse.Namespace) -> int:
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    lines = [(f"done: {summary['name']}  ({summary['windows']} windows, {summary['wall_s']:.1f} s, "
-              f"{summary['worker_seconds']:.0f} worker-seconds)")]
+    lines = [
+        (
+            f"done: {summary['name']}  ({summary['windows']} windows, {summary['wall_s']:.1f} s, "
+            f"{summary['worker_seconds']:.0f} worker-seconds)"
+        )
+    ]
     metrics = "  ".join(f"{k} {v:.4f}" for k, v in summary["final_metrics"].items() if v is not None)
     lines.append(f"final: {metrics}")
     trajectory = summary["base_trajectory"]
     names = [k for k in (trajectory[0] if trajectory else {}) if k not in ("window", "step")]
     for name in names:
         values = [t[name] for t in trajectory]
-        shown = values if len(values) <= 8 else values[:4] + [None] + values[-3:]
+        shown = values if len(values) <= 8 else [*values[:4], None, *values[-3:]]
         lines.append(f"base {name}: " + " -> ".join("..." if v is None else f"{v:.3g}" for v in shown))
     restores = summary["actor"]["restores"]
     if restores:

@@ -45,7 +45,9 @@ class JobResult:
 
 
 def job_name(spec: JobSpec) -> str:
-    return spec.name or f"{spec.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    return (
+        spec.name or f"{spec.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    )
 
 
 def run_id(spec: JobSpec, name: str) -> str:
@@ -78,8 +80,15 @@ def check_runnable(spec: JobSpec) -> None:
         raise SpecError(f"task_options: {e}") from None
 
 
-def run_job(spec: JobSpec, *, storage_path: str | Path | None = None, progress: bool = True,
-            callbacks: list | None = None, cpus_per_worker: float = 1.0, out: TextIO | None = None) -> JobResult:
+def run_job(
+    spec: JobSpec,
+    *,
+    storage_path: str | Path | None = None,
+    progress: bool = True,
+    callbacks: list | None = None,
+    cpus_per_worker: float = 1.0,
+    out: TextIO | None = None,
+) -> JobResult:
     """Run `spec` with a TorchTrainer on the connected Ray (or a local one); see the module docstring."""
     check_runnable(spec)
     out = out or sys.stdout
@@ -94,7 +103,8 @@ def run_job(spec: JobSpec, *, storage_path: str | Path | None = None, progress: 
     actor = None
     try:
         actor = ControllerActor.options(name=actor_name(run_id(spec, name)), namespace="hdet").remote(
-            spec.model_dump(mode="json"), str(run_dir))
+            spec.model_dump(mode="json"), str(run_dir)
+        )
         ray.get(actor.stats.remote())  # the actor exists before any worker asks it
         trainer = build_trainer(spec, actor, run_dir, callbacks=callbacks, cpus_per_worker=cpus_per_worker)
         watcher = _Progress(actor, spec, out) if progress else None
@@ -110,8 +120,13 @@ def run_job(spec: JobSpec, *, storage_path: str | Path | None = None, progress: 
         stats = ray.get(actor.close.remote())
         summary = _summary(spec, name, run_dir, final, stats, wall)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
-        return JobResult(metrics=final, run_dir=run_dir, records=stats["windows"],
-                         worker_seconds=summary["worker_seconds"], summary=summary)
+        return JobResult(
+            metrics=final,
+            run_dir=run_dir,
+            records=stats["windows"],
+            worker_seconds=summary["worker_seconds"],
+            summary=summary,
+        )
     finally:
         if actor is not None:
             ray.kill(actor)
@@ -127,8 +142,13 @@ def _ensure_ray(cpus: float) -> bool:
         ray.init(log_to_driver=False)
         return True  # a connection we made; shutdown only disconnects
     # address="local" always starts a fresh instance (a bare ray.init() would join any cluster on this machine)
-    ray.init(address="local", num_cpus=max(math.ceil(cpus), os.cpu_count() or 1), include_dashboard=False,
-             log_to_driver=False, _temp_dir=tempfile.mkdtemp(prefix="hdet-ray-"))
+    ray.init(
+        address="local",
+        num_cpus=max(math.ceil(cpus), os.cpu_count() or 1),
+        include_dashboard=False,
+        log_to_driver=False,
+        _temp_dir=tempfile.mkdtemp(prefix="hdet-ray-"),
+    )
     return True
 
 
@@ -175,7 +195,10 @@ def centers(record: dict[str, Any], spec: JobSpec) -> dict[str, float]:
 
 def progress_line(record: dict[str, Any], spec: JobSpec) -> str:
     losses = [x for x in record["losses"] if x is not None]
-    parts = [f"window {record['window'] + 1:>3}/{spec.total_windows}", f"step {record['step']:>6}/{spec.steps}"]
+    parts = [
+        f"window {record['window'] + 1:>3}/{spec.total_windows}",
+        f"step {record['step']:>6}/{spec.steps}",
+    ]
     parts += [f"{k} {v:.4g}" for k, v in centers(record, spec).items()]
     if losses:
         parts.append(f"loss {min(losses):.4f}..{max(losses):.4f}")
@@ -185,19 +208,29 @@ def progress_line(record: dict[str, Any], spec: JobSpec) -> str:
     return "  ".join(parts)
 
 
-def _summary(spec: JobSpec, name: str, run_dir: Path, final: dict[str, float], stats: dict[str, Any],
-             wall: float) -> dict[str, Any]:
+def _summary(
+    spec: JobSpec, name: str, run_dir: Path, final: dict[str, float], stats: dict[str, Any], wall: float
+) -> dict[str, Any]:
     from hdet_ray.ray.trajectory import read_trajectory
 
     records = read_trajectory(run_dir / "trajectory.jsonl")
     finite = {k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None) for k, v in final.items()}
     return {
-        "name": name, "task": spec.task, "replicas": spec.replicas, "steps": spec.steps,
-        "final_metrics": finite, "windows": len(records),
+        "name": name,
+        "task": spec.task,
+        "replicas": spec.replicas,
+        "steps": spec.steps,
+        "final_metrics": finite,
+        "windows": len(records),
         "base_trajectory": [{"window": r["window"], "step": r["step"], **centers(r, spec)} for r in records],
-        "wall_s": wall, "worker_seconds": wall * spec.replicas,
+        "wall_s": wall,
+        "worker_seconds": wall * spec.replicas,
         "actor": {k: stats[k] for k in ("calls", "restores", "pushed", "unsent", "push_error")},
-        "paths": {"run_dir": str(run_dir), "trajectory": str(run_dir / "trajectory.jsonl"),
-                  "spec": str(run_dir / "spec.json"), "summary": str(run_dir / "summary.json"),
-                  "checkpoints": str(run_dir / "train")},
+        "paths": {
+            "run_dir": str(run_dir),
+            "trajectory": str(run_dir / "trajectory.jsonl"),
+            "spec": str(run_dir / "spec.json"),
+            "summary": str(run_dir / "summary.json"),
+            "checkpoints": str(run_dir / "train"),
+        },
     }

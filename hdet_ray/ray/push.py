@@ -20,8 +20,17 @@ from typing import Any
 
 
 class ServicePusher:
-    def __init__(self, url: str, job_id: str, token: str, *, batch: int = 256, timeout_s: float = 10.0,
-                 backoff_s: float = 0.5, max_backoff_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        job_id: str,
+        token: str,
+        *,
+        batch: int = 256,
+        timeout_s: float = 10.0,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 10.0,
+    ) -> None:
         self.endpoint = f"{url.rstrip('/')}/v1/jobs/{job_id}/ingest"
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self.batch, self.timeout_s = batch, timeout_s
@@ -66,7 +75,7 @@ class ServicePusher:
                 self._cond.wait_for(lambda: self._pending or self._closed or self._stopped)
                 if self._stopped or (self._closed and not self._pending):
                     return
-                batch = [self._pending[w] for w in sorted(self._pending)[:self.batch]]
+                batch = [self._pending[w] for w in sorted(self._pending)[: self.batch]]
             if not self._post(batch):
                 self.failures += 1
                 delay = min(max(delay * 2, self.backoff_s), self.max_backoff_s)

@@ -32,8 +32,8 @@ class VertexConfig(ControllerConfig):
 class VertexController(Controller):
     """Move each centre to the vertex of the least-squares parabola of loss on coordinate.
 
-        loss ~ a x^2 + b x + c,  x = log rho   ->   x* = -b / (2a)   if a > 0, else argmin loss
-        offset <- offset + clamp(x*, +-extrapolate * max|x|)
+    loss ~ a x^2 + b x + c,  x = log rho   ->   x* = -b / (2a)   if a > 0, else argmin loss
+    offset <- offset + clamp(x*, +-extrapolate * max|x|)
     """
 
     name = "vertex"
@@ -43,7 +43,9 @@ class VertexController(Controller):
         cfg: VertexConfig = self.config  # type: ignore[assignment]
         offsets, signal = dict(state.offsets), {}
         for name, p in window.params.items():
-            pts = [(x, y) for x, y, ok in zip(p.coords, window.losses, window.healthy) if ok and math.isfinite(y)]
+            pts = [
+                (x, y) for x, y, ok in zip(p.coords, window.losses, window.healthy) if ok and math.isfinite(y)
+            ]
             x_best = min(pts, key=lambda t: t[1])[0]
             target = x_best
             if len({round(x, 12) for x, _ in pts}) >= 3:
@@ -68,9 +70,18 @@ class Generation:
 class GenerationSearch:
     """The search state: centres, spread, the current generation; plain data in `to_dict()`."""
 
-    def __init__(self, center: Mapping[str, float], *, population: int = 4, spread: float = 4.0,
-                 controller: str | Controller = "vertex", shrink: float = 0.5, min_spread: float = 1.1,
-                 seed: int = 0, **controller_settings: Any) -> None:
+    def __init__(
+        self,
+        center: Mapping[str, float],
+        *,
+        population: int = 4,
+        spread: float = 4.0,
+        controller: str | Controller = "vertex",
+        shrink: float = 0.5,
+        min_spread: float = 1.1,
+        seed: int = 0,
+        **controller_settings: Any,
+    ) -> None:
         if not center or any(not (v > 0 and math.isfinite(v)) for v in center.values()):
             raise ValueError(f"center: every searched value must be > 0 (log scale), got {dict(center)}")
         if population < 3:
@@ -110,33 +121,60 @@ class GenerationSearch:
 
     def _new_generation(self, index: int) -> Generation:
         levels = spreads.log_spread(self.population, self.spread)
-        mults = {k: [levels[i] for i in spreads.permutation(self.population, self.seed, index, k)]
-                 for k in self.base}
+        mults = {
+            k: [levels[i] for i in spreads.permutation(self.population, self.seed, index, k)]
+            for k in self.base
+        }
         return Generation(index=index, multipliers=mults, results={})
 
     def _step(self) -> None:
         g = self.generation
         losses = tuple(g.results[s] for s in range(self.population))
         center = self.center
-        params = {k: ParamWindow(scale="log", base=self.base[k], offset=self.state.offsets[k],
-                                 coords=tuple(math.log(m) for m in g.multipliers[k]),
-                                 values=tuple(center[k] * m for m in g.multipliers[k]))
-                  for k in self.base}
-        window = Window(window=g.index, step=g.index + 1, total_steps=0, losses=losses,
-                        healthy=tuple(math.isfinite(x) for x in losses), params=params)
+        params = {
+            k: ParamWindow(
+                scale="log",
+                base=self.base[k],
+                offset=self.state.offsets[k],
+                coords=tuple(math.log(m) for m in g.multipliers[k]),
+                values=tuple(center[k] * m for m in g.multipliers[k]),
+            )
+            for k in self.base
+        }
+        window = Window(
+            window=g.index,
+            step=g.index + 1,
+            total_steps=0,
+            losses=losses,
+            healthy=tuple(math.isfinite(x) for x in losses),
+            params=params,
+        )
         self.state, decision = self.controller.decide(self.state, window)
         half_width = math.log(self.spread)
         moved = max(abs(decision.offsets[k] - params[k].offset) for k in self.base)
         if not decision.rollback and moved < half_width * (1 - 1e-9):
             self.spread = max(math.exp(half_width * self.shrink), self.min_spread)
-        self.history.append({"generation": g.index, "center": center, "losses": list(losses),
-                             "new_center": self.center, "spread": self.spread, "note": decision.note})
+        self.history.append(
+            {
+                "generation": g.index,
+                "center": center,
+                "losses": list(losses),
+                "new_center": self.center,
+                "spread": self.spread,
+                "note": decision.note,
+            }
+        )
         self.generation = self._new_generation(g.index + 1)
 
     def to_dict(self) -> dict[str, Any]:
         g = self.generation
-        return {"base": dict(self.base), "spread": self.spread, "state": self.state.to_dict(),
-                "generation": {"index": g.index, "results": dict(g.results)}, "history": list(self.history)}
+        return {
+            "base": dict(self.base),
+            "spread": self.spread,
+            "state": self.state.to_dict(),
+            "generation": {"index": g.index, "results": dict(g.results)},
+            "history": list(self.history),
+        }
 
     def load_dict(self, d: Mapping[str, Any]) -> None:
         from hdet_ray.core.controller import ControllerState
@@ -146,4 +184,3 @@ class GenerationSearch:
         self.generation = self._new_generation(int(d["generation"]["index"]))
         self.generation.results = {int(k): float(v) for k, v in d["generation"]["results"].items()}
         self.history = list(d["history"])
-

@@ -27,18 +27,30 @@ def job_client(address: str | None = None, token: str | None = None) -> Any:
     from ray.job_submission import JobSubmissionClient
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    return JobSubmissionClient(address or os.environ.get("RAY_ADDRESS") or "http://127.0.0.1:8265",
-                               headers=headers)
+    return JobSubmissionClient(
+        address or os.environ.get("RAY_ADDRESS") or "http://127.0.0.1:8265", headers=headers
+    )
 
 
-def submit_job(spec: JobSpec, *, address: str | None = None, token: str | None = None,
-               working_dir: str | None = None, storage_path: str | None = None,
-               submission_id: str | None = None, client: Any = None) -> str:
+def submit_job(
+    spec: JobSpec,
+    *,
+    address: str | None = None,
+    token: str | None = None,
+    working_dir: str | None = None,
+    storage_path: str | None = None,
+    submission_id: str | None = None,
+    client: Any = None,
+) -> str:
     """Submit `spec` with the Ray Jobs API; returns the submission id."""
     client = client or job_client(address, token)
     runtime_env = {"working_dir": working_dir} if working_dir else None
-    return client.submit_job(entrypoint=entrypoint(spec, storage_path), runtime_env=runtime_env,
-                             submission_id=submission_id, metadata={"hdet_job": spec.name or ""})
+    return client.submit_job(
+        entrypoint=entrypoint(spec, storage_path),
+        runtime_env=runtime_env,
+        submission_id=submission_id,
+        metadata={"hdet_job": spec.name or ""},
+    )
 
 
 def wait(client: Any, submission_id: str, poll_s: float = 2.0, timeout_s: float | None = None) -> str:
@@ -55,7 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", nargs="?", help="job spec file (YAML or JSON)")
     parser.add_argument("--spec-json", help="the job spec as a JSON string (instead of a file)")
     parser.add_argument("--name", help="job name (default: the spec's, or a generated id)")
-    parser.add_argument("--address", help="Ray dashboard address (default: RAY_ADDRESS or http://127.0.0.1:8265)")
+    parser.add_argument(
+        "--address", help="Ray dashboard address (default: RAY_ADDRESS or http://127.0.0.1:8265)"
+    )
     parser.add_argument("--token", help="Ray auth token to send (default: the Jobs client's own lookup)")
     parser.add_argument("--working-dir", help="directory uploaded as the job's working dir")
     parser.add_argument("--storage-path", help="where the run is written on the cluster (default ./runs)")

@@ -61,11 +61,17 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any] | None:
         windows = r.scheduler.window
         if windows % spec.checkpoint_every and r.step < spec.steps:
             return
-        metrics = {"window": windows - 1, "step": r.step, **r.metrics,
-                   **{f"offset/{k}": v for k, v in r.scheduler.offsets.items()}}
+        metrics = {
+            "window": windows - 1,
+            "step": r.step,
+            **r.metrics,
+            **{f"offset/{k}": v for k, v in r.scheduler.offsets.items()},
+        }
         with tempfile.TemporaryDirectory(prefix="hdet-ckpt-") as d:
-            torch.save({"replica": r.state_dict(), "controller": link.state if rank == 0 else None},
-                       Path(d) / f"rank{rank}.pt")
+            torch.save(
+                {"replica": r.state_dict(), "controller": link.state if rank == 0 else None},
+                Path(d) / f"rank{rank}.pt",
+            )
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
     final = replica.train(on_window=on_window)
@@ -74,20 +80,30 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def build_trainer(spec: JobSpec, actor: Any, storage_path: str | Path, *, callbacks: list | None = None,
-                  cpus_per_worker: float = 1.0) -> TorchTrainer:
+def build_trainer(
+    spec: JobSpec,
+    actor: Any,
+    storage_path: str | Path,
+    *,
+    callbacks: list | None = None,
+    cpus_per_worker: float = 1.0,
+) -> TorchTrainer:
     """The TorchTrainer of a job: `spec.replicas` workers, gloo (or NCCL with `use_gpu`)."""
     resources = {"CPU": cpus_per_worker} | ({"GPU": 1} if spec.use_gpu else {})
     return TorchTrainer(
         train_loop,
         train_loop_config={"spec": spec.model_dump(mode="json"), "actor": actor},
-        torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo",
-                                 timeout_s=spec.collective_timeout_s),
-        scaling_config=ScalingConfig(num_workers=spec.replicas, use_gpu=spec.use_gpu,
-                                     resources_per_worker=resources),
+        torch_config=TorchConfig(
+            backend="nccl" if spec.use_gpu else "gloo", timeout_s=spec.collective_timeout_s
+        ),
+        scaling_config=ScalingConfig(
+            num_workers=spec.replicas, use_gpu=spec.use_gpu, resources_per_worker=resources
+        ),
         run_config=RunConfig(
-            name="train", storage_path=str(Path(storage_path).resolve()),
+            name="train",
+            storage_path=str(Path(storage_path).resolve()),
             failure_config=FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
-            callbacks=list(callbacks or [])),
+            callbacks=list(callbacks or []),
+        ),
     )

@@ -27,8 +27,10 @@ class TrajectoryLog:
 
     def append(self, record: dict[str, Any]) -> None:
         if record["window"] != len(self.records):
-            raise ValueError(f"trajectory: expected window {len(self.records)}, got {record['window']} "
-                             "(rewind first when a run resumes from a checkpoint)")
+            raise ValueError(
+                f"trajectory: expected window {len(self.records)}, got {record['window']} "
+                "(rewind first when a run resumes from a checkpoint)"
+            )
         self.records.append(record)
         with self.path.open("a") as f:
             f.write(json.dumps(record, allow_nan=False) + "\n")

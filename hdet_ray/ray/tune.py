@@ -57,13 +57,30 @@ class HDETSearcher(Searcher):
     generation; its missing trials are proposed again after a restore.
     """
 
-    def __init__(self, center: Mapping[str, float], *, population: int = 4, spread: float = 4.0,
-                 controller: str = "vertex", shrink: float = 0.5, generations: int | None = None,
-                 seed: int = 0, metric: str | None = None, mode: str | None = None,
-                 **controller_settings: Any) -> None:
+    def __init__(
+        self,
+        center: Mapping[str, float],
+        *,
+        population: int = 4,
+        spread: float = 4.0,
+        controller: str = "vertex",
+        shrink: float = 0.5,
+        generations: int | None = None,
+        seed: int = 0,
+        metric: str | None = None,
+        mode: str | None = None,
+        **controller_settings: Any,
+    ) -> None:
         super().__init__(metric=metric, mode=mode)
-        self.search = GenerationSearch(center, population=population, spread=spread, controller=controller,
-                                       shrink=shrink, seed=seed, **controller_settings)
+        self.search = GenerationSearch(
+            center,
+            population=population,
+            spread=spread,
+            controller=controller,
+            shrink=shrink,
+            seed=seed,
+            **controller_settings,
+        )
         self.generations = generations
         self._fixed: dict[str, Any] = {}
         self._slots: dict[str, tuple[int, int]] = {}  # trial id -> (generation, slot)
@@ -106,8 +123,13 @@ class HDETSearcher(Searcher):
         return self.search.history
 
     def get_state(self) -> dict[str, Any]:
-        return {"search": self.search.to_dict(), "generations": self.generations, "fixed": self._fixed,
-                "metric": self._metric, "mode": self._mode}
+        return {
+            "search": self.search.to_dict(),
+            "generations": self.generations,
+            "fixed": self._fixed,
+            "metric": self._metric,
+            "mode": self._mode,
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.search.load_dict(state["search"])
@@ -140,8 +162,9 @@ def apply_overrides(spec: Mapping[str, Any], config: Mapping[str, Any]) -> dict[
     return out
 
 
-def hdet_trainable(spec: Mapping[str, Any], *, cpus_per_worker: float = 1.0,
-                   storage_path: str | None = None) -> Callable[[dict[str, Any]], None]:
+def hdet_trainable(
+    spec: Mapping[str, Any], *, cpus_per_worker: float = 1.0, storage_path: str | None = None
+) -> Callable[[dict[str, Any]], None]:
     """A Tune function trainable that runs one HDET job per trial with the trial's config applied.
 
     Each report of the job's TorchTrainer reaches Tune through `TuneReportCallback`; the trial's run
@@ -156,7 +179,12 @@ def hdet_trainable(spec: Mapping[str, Any], *, cpus_per_worker: float = 1.0,
         data = apply_overrides(spec, config)
         data["name"] = f"{data.get('name') or 'hdet'}-{trial}"
         job = JobSpec.parse(data, f"trial {trial}")
-        run_job(job, storage_path=storage_path, progress=False, callbacks=[TuneReportCallback()],
-                cpus_per_worker=cpus_per_worker)
+        run_job(
+            job,
+            storage_path=storage_path,
+            progress=False,
+            callbacks=[TuneReportCallback()],
+            cpus_per_worker=cpus_per_worker,
+        )
 
     return trainable

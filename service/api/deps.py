@@ -16,8 +16,11 @@ from service.storage import Job
 
 COOKIE = "hdet_token"
 bearer = HTTPBearer(auto_error=False, description="The service's API token (HDET_TOKEN).")
-ingest_bearer = HTTPBearer(auto_error=False, scheme_name="IngestToken",
-                           description="The job's own ingest token (in the file spec.service.token_file).")
+ingest_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="IngestToken",
+    description="The job's own ingest token (in the file spec.service.token_file).",
+)
 
 
 @dataclass
@@ -72,15 +75,24 @@ JobDep = Annotated[Job, Depends(get_job)]
 IngestJob = Annotated[Job, Depends(require_ingest_token)]
 
 
-
 def errors(*codes: int) -> dict[int | str, dict]:
     """OpenAPI entries for the error responses a route can give (all are `{"detail": str}`)."""
     from service.models import Error
 
     # Spelled out, not `model=`: routes whose success is text (logs, stream) still answer errors in JSON.
     content = {"application/json": {"schema": Error.model_json_schema()}}
-    return {code: {"description": _REASONS.get(code, "Error"), "content": content} for code in (401, 403, *codes)}
+    return {
+        code: {"description": _REASONS.get(code, "Error"), "content": content} for code in (401, 403, *codes)
+    }
 
 
-_REASONS = {400: "Malformed body", 401: "No token", 403: "Wrong token", 404: "No such job",
-            409: "The job already ended", 413: "Body too large", 502: "Ray failed", 503: "Ray is down"}
+_REASONS = {
+    400: "Malformed body",
+    401: "No token",
+    403: "Wrong token",
+    404: "No such job",
+    409: "The job already ended",
+    413: "Body too large",
+    502: "Ray failed",
+    503: "Ray is down",
+}

@@ -21,18 +21,27 @@ TINY = {"task": "digits", "steps": 20, "sync_every": 10}
 def test_quality_and_speed_jobs_on_two_gloo_ranks(tmp_path):
     results = tmp_path / "runs.jsonl"
     base = {**quality.spec(TINY, 4, 0), "replicas": 2}
-    opening = {**quality.spec(TINY, 4, 0, **quality.VARIANTS["HDET slope/local + opening 10x"]), "replicas": 2}
-    jobs = [{"key": "fixed", "fn": run_job, "kind": "fixed", "spec": base},
-            {"key": "hdet", "fn": run_job, "kind": "hdet", "spec": base},
-            {"key": "opening", "fn": run_job, "kind": "hdet", "spec": opening}]
-    jobs += [{"key": m, "fn": speed_job, "mode": m, "warmup": 1, "timed": 4, "sync_every": 2}
-             for m in ("ddp", "shared_grad", "local", "shared_grad+ddp")]
+    opening = {
+        **quality.spec(TINY, 4, 0, **quality.VARIANTS["HDET slope/local + opening 10x"]),
+        "replicas": 2,
+    }
+    jobs = [
+        {"key": "fixed", "fn": run_job, "kind": "fixed", "spec": base},
+        {"key": "hdet", "fn": run_job, "kind": "hdet", "spec": base},
+        {"key": "opening", "fn": run_job, "kind": "hdet", "spec": opening},
+    ]
+    jobs += [
+        {"key": m, "fn": speed_job, "mode": m, "warmup": 1, "timed": 4, "sync_every": 2}
+        for m in ("ddp", "shared_grad", "local", "shared_grad+ddp")
+    ]
     run_jobs(dispatch, jobs, 2, results)
     out = read_results(results)
     assert set(out) == {"fixed", "hdet", "opening", "ddp", "shared_grad", "local", "shared_grad+ddp"}
 
     for key in ("fixed", "hdet", "opening"):
-        assert math.isfinite(out[key]["metric"]) and out[key]["metric"] < math.log(10)  # it learned in 20 steps
+        assert math.isfinite(out[key]["metric"]) and out[key]["metric"] < math.log(
+            10
+        )  # it learned in 20 steps
         assert out[key]["replica_steps"] == 40
     assert out["fixed"]["centres"] == [] and len(out["hdet"]["centres"]) == 2
     # the opening window jumps to one of the two range-test levels, 10 ** -1 or 10 ** +1
@@ -84,8 +93,9 @@ def test_targets_are_judged_against_the_oracle_mean():
 def test_pbt_population_runs_on_a_local_ray(local_ray, tmp_path):
     from benchmarks.pbt import run_pbt
 
-    out = run_pbt({**quality.spec(TINY, 4, 0), "replicas": 1}, 1e-2, (1e-4, 1e-1), 2,
-                  storage=str(tmp_path / "tune"))
+    out = run_pbt(
+        {**quality.spec(TINY, 4, 0), "replicas": 1}, 1e-2, (1e-4, 1e-1), 2, storage=str(tmp_path / "tune")
+    )
     assert out["replica_steps"] == 40 and len(out["member_metrics"]) == 2
     assert math.isfinite(out["metric"]) and out["metric"] == min(out["member_metrics"])
 
@@ -104,8 +114,16 @@ def test_bytelm_hdet_windows_are_healthy():
     from hdet_ray.loop import Replica
     from hdet_ray.spec import JobSpec
 
-    spec = JobSpec.parse({"task": "bytelm", "replicas": 1, "steps": 20, "sync_every": 10,
-                          "schedule": {"max_lr": 3e-3}, "task_options": {"train_bytes": 20_000, "val_bytes": 4096}})
+    spec = JobSpec.parse(
+        {
+            "task": "bytelm",
+            "replicas": 1,
+            "steps": 20,
+            "sync_every": 10,
+            "schedule": {"max_lr": 3e-3},
+            "task_options": {"train_bytes": 20_000, "val_bytes": 4096},
+        }
+    )
     replica = Replica.build(spec)
     replica.train(validate=False)
     assert [r.rollback for r in replica.scheduler.records] == [False, False]

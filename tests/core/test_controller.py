@@ -19,14 +19,37 @@ from hdet_ray.core.spread import log_spread, permutation
 MULTS = log_spread(4, 2.0)  # replica r uses MULTS[r]: the higher the index, the higher the rate
 
 
-def window(losses, *, mults=MULTS, healthy=None, index=0, step=100, total=1000, offset=0.0, base=1.0,
-           opening=False, bounds=(-math.inf, math.inf)):
+def window(
+    losses,
+    *,
+    mults=MULTS,
+    healthy=None,
+    index=0,
+    step=100,
+    total=1000,
+    offset=0.0,
+    base=1.0,
+    opening=False,
+    bounds=(-math.inf, math.inf),
+):
     values = tuple(base * math.exp(offset) * m for m in mults)
-    p = ParamWindow(scale="log", base=base, offset=offset, coords=tuple(math.log(m) for m in mults),
-                    values=values, offset_bounds=bounds)
-    return Window(window=index, step=step, total_steps=total, losses=tuple(losses),
-                  healthy=tuple(healthy if healthy is not None else [True] * len(losses)),
-                  params={"lr": p}, opening=opening)
+    p = ParamWindow(
+        scale="log",
+        base=base,
+        offset=offset,
+        coords=tuple(math.log(m) for m in mults),
+        values=values,
+        offset_bounds=bounds,
+    )
+    return Window(
+        window=index,
+        step=step,
+        total_steps=total,
+        losses=tuple(losses),
+        healthy=tuple(healthy if healthy is not None else [True] * len(losses)),
+        params={"lr": p},
+        opening=opening,
+    )
 
 
 def run(controller, windows):
@@ -68,7 +91,7 @@ def test_contract_lower_rate_better_moves_down(factory):
     assert ds[-1].offsets["lr"] < 0
 
 
-@pytest.mark.parametrize("factory", CONTRACT + [lambda: Controller()])
+@pytest.mark.parametrize("factory", [*CONTRACT, lambda: Controller()])
 def test_contract_equal_losses_move_nothing(factory):
     state, ds = run(factory(), [window([2.0] * 4, index=i) for i in range(4)])
     assert all(d.offsets["lr"] == 0.0 for d in ds)
@@ -76,7 +99,7 @@ def test_contract_equal_losses_move_nothing(factory):
     assert state.windows == 4
 
 
-@pytest.mark.parametrize("factory", CONTRACT + [lambda: Controller()])
+@pytest.mark.parametrize("factory", [*CONTRACT, lambda: Controller()])
 def test_contract_state_round_trips(factory):
     c = factory()
     state, _ = run(c, [window([4.0, 3.0, 2.0, 1.0], index=i) for i in range(3)])
@@ -86,8 +109,10 @@ def test_contract_state_round_trips(factory):
 @pytest.mark.parametrize("factory", CONTRACT)
 def test_contract_nan_ranks_worst(factory):
     # the highest-rate replica went NaN: its rate must not be favoured
-    _, ds = run(factory(), [window([2.0, 2.0, 2.0, math.nan], healthy=[True, True, True, False], index=i)
-                            for i in range(3)])
+    _, ds = run(
+        factory(),
+        [window([2.0, 2.0, 2.0, math.nan], healthy=[True, True, True, False], index=i) for i in range(3)],
+    )
     assert ds[-1].offsets["lr"] <= 0
 
 
@@ -125,10 +150,21 @@ def test_paper_controller_is_scale_free_under_an_annealing_base():
     c = PaperController()
     moves = []
     for base in (1.0, 1e-3):
-        p = ParamWindow(scale="log", base=base, offset=0.2, coords=(0.0,) * 4,
-                        values=tuple(base * math.exp(0.2) * m for m in MULTS))
-        win = Window(window=0, step=10, total_steps=100, losses=(4.0, 3.0, 2.0, 1.0), healthy=(True,) * 4,
-                     params={"lr": p})
+        p = ParamWindow(
+            scale="log",
+            base=base,
+            offset=0.2,
+            coords=(0.0,) * 4,
+            values=tuple(base * math.exp(0.2) * m for m in MULTS),
+        )
+        win = Window(
+            window=0,
+            step=10,
+            total_steps=100,
+            losses=(4.0, 3.0, 2.0, 1.0),
+            healthy=(True,) * 4,
+            params={"lr": p},
+        )
         moves.append(c.decide(c.initial_state(["lr"]), win)[1].offsets["lr"] - 0.2)
     assert moves[0] > 0 and moves[0] == pytest.approx(moves[1], rel=1e-9)
 
@@ -168,10 +204,10 @@ def test_slope_trust_region_waits_for_agreement_and_resets_on_a_flip():
     for losses in (up, up, up, down, up):
         state, d = c.decide(state, window(losses, offset=offsets[-1] if offsets else 0.0))
         offsets.append(d.offsets["lr"])
-    assert offsets[0] == 0.0 and offsets[1] == 0.0   # not yet 3 agreeing windows
-    assert offsets[2] > 0.0                           # third agreeing window: move
-    assert offsets[3] == offsets[2]                   # flip: hold...
-    assert d.note and "flip" in d.note                # ...and the last flip reset momentum
+    assert offsets[0] == 0.0 and offsets[1] == 0.0  # not yet 3 agreeing windows
+    assert offsets[2] > 0.0  # third agreeing window: move
+    assert offsets[3] == offsets[2]  # flip: hold...
+    assert d.note and "flip" in d.note  # ...and the last flip reset momentum
     b = 0.5 / math.log(2)
     assert state.velocity["lr"] == pytest.approx(0.5 * b)  # reset to 0, then (1 - beta) * b
 
@@ -205,14 +241,17 @@ def test_rollback_cuts_the_rate_and_diverges_after_max_rollbacks():
 def test_converge_weights():
     healthy = [True, True, False, True]
     losses = [3.0, 1.0, math.nan, 2.0]
-    d = make_controller("hold", converge="mean").decide(ControllerState({"lr": 0}, {"lr": 0}, {"lr": ()}),
-                                                         window(losses, healthy=healthy))[1]
+    d = make_controller("hold", converge="mean").decide(
+        ControllerState({"lr": 0}, {"lr": 0}, {"lr": ()}), window(losses, healthy=healthy)
+    )[1]
     assert d.weights == pytest.approx((1 / 3, 1 / 3, 0.0, 1 / 3))
-    d = make_controller("hold", converge="best").decide(ControllerState({"lr": 0}, {"lr": 0}, {"lr": ()}),
-                                                         window(losses, healthy=healthy))[1]
+    d = make_controller("hold", converge="best").decide(
+        ControllerState({"lr": 0}, {"lr": 0}, {"lr": ()}), window(losses, healthy=healthy)
+    )[1]
     assert d.weights == (0.0, 1.0, 0.0, 0.0)
-    d = make_controller("hold", converge="fitness").decide(ControllerState({"lr": 0}, {"lr": 0}, {"lr": ()}),
-                                                            window(losses, healthy=healthy))[1]
+    d = make_controller("hold", converge="fitness").decide(
+        ControllerState({"lr": 0}, {"lr": 0}, {"lr": ()}), window(losses, healthy=healthy)
+    )[1]
     assert sum(d.weights) == pytest.approx(1.0) and d.weights[2] == 0.0
     assert d.weights[1] > d.weights[3] > d.weights[0]
 
@@ -221,7 +260,9 @@ def test_opening_window_centres_one_level_below_the_best_replica():
     mults = log_spread(4, 10.0)
     # replica 2 (third level) has the lowest loss; by default the centre goes one level below it
     losses = [3.0, 2.0, 1.0, 9.0]
-    _, d = SlopeController().decide(SlopeController().initial_state(["lr"]), window(losses, mults=mults, opening=True))
+    _, d = SlopeController().decide(
+        SlopeController().initial_state(["lr"]), window(losses, mults=mults, opening=True)
+    )
     assert d.offsets["lr"] == pytest.approx(math.log(mults[1]))
     assert d.weights == (0.0, 0.0, 1.0, 0.0)  # the state converges onto the best replica itself
     c = SlopeController(opening_step_down=0)
@@ -247,8 +288,16 @@ def schedule_windows(losses, bases, **kw):
     out = []
     for i, b in enumerate(bases):
         perm = permutation(4, 0, i, "lr")
-        out.append(window([losses[perm[r]] for r in range(4)], mults=[MULTS[perm[r]] for r in range(4)],
-                          index=i, step=10 * (i + 1), base=b, **kw))
+        out.append(
+            window(
+                [losses[perm[r]] for r in range(4)],
+                mults=[MULTS[perm[r]] for r in range(4)],
+                index=i,
+                step=10 * (i + 1),
+                base=b,
+                **kw,
+            )
+        )
     return out
 
 
@@ -258,9 +307,16 @@ def test_evidence_needs_two_windows_and_doubles_its_step():
     state, ds, offset = c.initial_state(["lr"]), [], 0.0
     for i in range(5):  # the engine feeds each decision's offset into the next window (and re-permutes)
         perm = permutation(4, 0, i, "lr")
-        state, d = c.decide(state, window([[4.0, 3.0, 2.0, 1.0][perm[r]] for r in range(4)],
-                                          mults=[MULTS[perm[r]] for r in range(4)], index=i, step=10 * (i + 1),
-                                          offset=offset))
+        state, d = c.decide(
+            state,
+            window(
+                [[4.0, 3.0, 2.0, 1.0][perm[r]] for r in range(4)],
+                mults=[MULTS[perm[r]] for r in range(4)],
+                index=i,
+                step=10 * (i + 1),
+                offset=offset,
+            ),
+        )
         ds.append(d)
         offset = d.offsets["lr"]
     assert [round(d.velocity["lr"], 4) for d in ds[:2]] == [round(math.sqrt(3), 4), round(math.sqrt(6), 4)]
@@ -283,7 +339,7 @@ def test_evidence_holds_on_noise():
 def test_evidence_never_follows_the_anneals_bias():
     # annealing base, lower rate better every window: exactly what the short-horizon bias produces: hold
     c = make_controller("evidence")
-    bases = [1.0 * 0.8 ** i for i in range(6)]
+    bases = [1.0 * 0.8**i for i in range(6)]
     _, ds = run(c, schedule_windows([1.0, 2.0, 3.0, 4.0], bases))
     assert all(d.offsets["lr"] == 0.0 for d in ds)
     assert "bias" in ds[-1].note
@@ -291,7 +347,7 @@ def test_evidence_never_follows_the_anneals_bias():
     _, ds = run(c, schedule_windows([4.0, 3.0, 2.0, 1.0], bases))
     assert ds[-1].offsets["lr"] > 0
     # rising base (warm-up): higher better is the bias (hold), lower better beats it (move down)
-    rising = [0.1 * 1.5 ** i for i in range(6)]
+    rising = [0.1 * 1.5**i for i in range(6)]
     _, ds = run(c, schedule_windows([4.0, 3.0, 2.0, 1.0], rising))
     assert all(d.offsets["lr"] == 0.0 for d in ds)
     _, ds = run(c, schedule_windows([1.0, 2.0, 3.0, 4.0], rising))
@@ -308,8 +364,15 @@ def test_evidence_an_exclusion_does_not_skip_the_test():
     assert ds[0].offsets["lr"] == 0.0
     # two such windows while annealing: instability, not the horizon's bias, so the bias does not block it
     bases = [1.0, 0.8]
-    _, ds = run(c, [window([1.0, 2.0, 3.0, 9.0], healthy=[True, True, True, False], index=i, step=10 * (i + 1),
-                           base=b) for i, b in enumerate(bases)])
+    _, ds = run(
+        c,
+        [
+            window(
+                [1.0, 2.0, 3.0, 9.0], healthy=[True, True, True, False], index=i, step=10 * (i + 1), base=b
+            )
+            for i, b in enumerate(bases)
+        ],
+    )
     assert ds[-1].offsets["lr"] < 0
 
 
@@ -332,7 +395,9 @@ def test_evidence_removes_a_shards_own_difficulty():
         out = []
         for i in range(30):
             perm = permutation(4, seed, i, "lr")
-            losses = [(0.8 if r == 0 else 1.0) * (1 - 0.01 * perm[r]) * (1 + 0.02 * rng.random()) for r in range(4)]
+            losses = [
+                (0.8 if r == 0 else 1.0) * (1 - 0.01 * perm[r]) * (1 + 0.02 * rng.random()) for r in range(4)
+            ]
             out.append(window(losses, mults=[MULTS[perm[r]] for r in range(4)], index=i, step=10 * (i + 1)))
         return out
 

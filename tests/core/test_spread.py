@@ -34,7 +34,9 @@ def test_log_spread_is_geometric_and_log_symmetric():
     assert log_spread(3, 1.0) == [1.0, 1.0, 1.0]
 
 
-@pytest.mark.parametrize("kind,size", [("linear", 1.0), ("linear", -0.1), ("log", 0.5), ("log", math.inf), ("cubic", 2)])
+@pytest.mark.parametrize(
+    "kind,size", [("linear", 1.0), ("linear", -0.1), ("log", 0.5), ("log", math.inf), ("cubic", 2)]
+)
 def test_bad_spreads_name_the_problem(kind, size):
     with pytest.raises(ValueError, match="spread"):
         spread(kind, 4, size)
@@ -74,7 +76,9 @@ def test_balanced_design_decorrelates_hyperparameters(n):
     for window in range(5):
         perms = balanced_permutations(n, ["lr", "wd", "dropout"], seed=1, window=window)
         assert all(sorted(p) == list(range(n)) for p in perms.values())
-        worst = max(abs(_corr(perms[a], perms[b])) for a, b in [("lr", "wd"), ("lr", "dropout"), ("wd", "dropout")])
+        worst = max(
+            abs(_corr(perms[a], perms[b])) for a, b in [("lr", "wd"), ("lr", "dropout"), ("wd", "dropout")]
+        )
         assert worst <= 0.4 + 1e-9  # three 4-vectors cannot all be orthogonal; 0.4 is the best pair
     perms = balanced_permutations(4, ["lr", "wd"], seed=1, window=0)
     assert abs(_corr(perms["lr"], perms["wd"])) < 1e-12  # exactly orthogonal for N = 4

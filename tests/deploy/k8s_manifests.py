@@ -54,8 +54,12 @@ def manifest_files() -> list[Path]:
 
 @lru_cache(maxsize=1)
 def _load() -> tuple[Manifest, ...]:
-    return tuple(Manifest(path, doc) for path in manifest_files()
-                 for doc in yaml.safe_load_all(path.read_text()) if doc is not None)
+    return tuple(
+        Manifest(path, doc)
+        for path in manifest_files()
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc is not None
+    )
 
 
 def manifests(kind: str | None = None) -> list[Manifest]:
@@ -76,6 +80,7 @@ def ray_pin() -> str:
 
 
 # --- pods and containers -------------------------------------------------------------------------------
+
 
 def pod_specs(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(group, pod spec) for every pod template in a RayJob, RayCluster or Deployment."""
@@ -102,12 +107,15 @@ def entrypoint_argv(rayjob: dict[str, Any]) -> list[str]:
 
 # --- the CRD schemas -----------------------------------------------------------------------------------
 
+
 def crds_present() -> bool:
     return all((KUBERAY_CRDS / f).is_file() for f in CRD_FILES.values())
 
 
-CRDS_ABSENT = (f"the KubeRay CRD schemas are not at {KUBERAY_CRDS} (../shared/kuberay relative to the "
-               f"repository root); schema validation needs {sorted(CRD_FILES.values())}")
+CRDS_ABSENT = (
+    f"the KubeRay CRD schemas are not at {KUBERAY_CRDS} (../shared/kuberay relative to the "
+    f"repository root); schema validation needs {sorted(CRD_FILES.values())}"
+)
 
 
 @cache
@@ -122,11 +130,14 @@ def schema_errors(doc: dict[str, Any]) -> list[str]:
     from jsonschema import Draft7Validator
 
     validator = Draft7Validator(crd_schema(doc["kind"]))
-    return sorted(f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
-                  for e in validator.iter_errors(doc))
+    return sorted(
+        f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
+        for e in validator.iter_errors(doc)
+    )
 
 
 # --- the operator's own checks -------------------------------------------------------------------------
+
 
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", str(text))[:3])
@@ -135,8 +146,10 @@ def _version(text: str) -> tuple[int, ...]:
 def _name_errors(name: str, limit: int, kind: str) -> list[str]:
     errors = []
     if not DNS1035.match(name):
-        errors.append(f"metadata.name: {kind} name {name!r} is not a DNS-1035 label "
-                      "(lower case letters, digits and '-', starting with a letter)")
+        errors.append(
+            f"metadata.name: {kind} name {name!r} is not a DNS-1035 label "
+            "(lower case letters, digits and '-', starting with a letter)"
+        )
     if len(name) > limit:
         errors.append(f"metadata.name: {kind} name {name!r} has {len(name)} characters, at most {limit}")
     return errors
@@ -155,12 +168,16 @@ def _cluster_errors(cluster: dict[str, Any], where: str) -> list[str]:
             errors.append(f"{at}: minReplicas ({low}) must be <= maxReplicas ({high})")
         replicas = group.get("replicas")
         if not autoscaling and replicas is not None and not low <= replicas <= high:
-            errors.append(f"{at}.replicas: {replicas} must lie in [minReplicas, maxReplicas] = "
-                          f"[{low}, {high}] when autoscaling is off")
+            errors.append(
+                f"{at}.replicas: {replicas} must lie in [minReplicas, maxReplicas] = "
+                f"[{low}, {high}] when autoscaling is off"
+            )
     auth = cluster.get("authOptions") or {}
     if auth.get("mode") == "token" and _version(cluster.get("rayVersion", "0")) < TOKEN_AUTH_MIN_RAY:
-        errors.append(f"{where}authOptions.mode: token auth needs rayVersion >= 2.52.0, "
-                      f"got {cluster.get('rayVersion')!r}")
+        errors.append(
+            f"{where}authOptions.mode: token auth needs rayVersion >= 2.52.0, "
+            f"got {cluster.get('rayVersion')!r}"
+        )
     return errors
 
 

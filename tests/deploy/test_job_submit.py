@@ -31,10 +31,22 @@ def test_unauthenticated_clients_are_refused(token_head):
 def test_the_rayjob_entrypoint_runs_with_ray_job_submit(token_head):
     rayjob = one("RayJob").doc["spec"]
     runtime_env = yaml.safe_load(rayjob["runtimeEnvYAML"])
-    command = ["ray", "job", "submit", "--address", token_head.address, "--working-dir", ".",
-               "--runtime-env-json", json.dumps(runtime_env), "--", *entrypoint_argv(one("RayJob").doc)]
-    done = subprocess.run(command, cwd=REPO, env=token_head.env, capture_output=True, text=True,
-                          timeout=420, check=False)
+    command = [
+        "ray",
+        "job",
+        "submit",
+        "--address",
+        token_head.address,
+        "--working-dir",
+        ".",
+        "--runtime-env-json",
+        json.dumps(runtime_env),
+        "--",
+        *entrypoint_argv(one("RayJob").doc),
+    ]
+    done = subprocess.run(
+        command, cwd=REPO, env=token_head.env, capture_output=True, text=True, timeout=420, check=False
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "succeeded" in output.lower(), output[-4000:]

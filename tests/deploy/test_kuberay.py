@@ -8,9 +8,8 @@ checks are restated in k8s_manifests.operator_errors, since no operator can run 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-
 import os
+from collections.abc import Callable
 
 import pytest
 from k8s_manifests import CRDS_ABSENT, crds_present, manifests, one, operator_errors, schema_errors
@@ -47,6 +46,7 @@ def _delete(path: list) -> Callable[[dict, Callable], None]:
         for key in path[:-1]:
             node = node[key]
         del node[path[-1]]
+
     return mutate
 
 
@@ -56,18 +56,21 @@ def _set(path: list, value) -> Callable[[dict, Callable], None]:
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = value
+
     return mutate
 
 
 def _set_top(key: str, value) -> Callable[[dict, Callable], None]:
     def mutate(doc: dict, cluster: Callable) -> None:
         doc["spec"][key] = value
+
     return mutate
 
 
 def _rename(name: str) -> Callable[[dict, Callable], None]:
     def mutate(doc: dict, cluster: Callable) -> None:
         doc["metadata"]["name"] = name
+
     return mutate
 
 
@@ -81,12 +84,18 @@ SCHEMA_BREAKS = [
     ("no worker maxReplicas", _delete(["workerGroupSpecs", 0, "maxReplicas"]), "maxReplicas"),
     ("no worker template", _delete(["workerGroupSpecs", 0, "template"]), "template"),
     ("replicas as text", _set(["workerGroupSpecs", 0, "minReplicas"], "two"), "minReplicas"),
-    ("rayStartParams value not a string", _set(["headGroupSpec", "rayStartParams", "num-cpus"], 0),
-     "num-cpus"),
+    (
+        "rayStartParams value not a string",
+        _set(["headGroupSpec", "rayStartParams", "num-cpus"], 0),
+        "num-cpus",
+    ),
     ("workerGroupSpecs not a list", _set(["workerGroupSpecs"], {"groupName": "gpu"}), "workerGroupSpecs"),
     ("unknown auth mode", _set(["authOptions", "mode"], "password"), "mode"),
-    ("containerPort as text", _set(["headGroupSpec", "template", "spec", "containers", 0, "ports", 0,
-                                    "containerPort"], "6379"), "containerPort"),
+    (
+        "containerPort as text",
+        _set(["headGroupSpec", "template", "spec", "containers", 0, "ports", 0, "containerPort"], "6379"),
+        "containerPort",
+    ),
 ]
 RAYJOB_SCHEMA_BREAKS = [
     ("ttl as text", _set_top("ttlSecondsAfterFinished", "600"), "ttlSecondsAfterFinished"),
@@ -96,8 +105,11 @@ RAYJOB_SCHEMA_BREAKS = [
 
 
 def _cases(breaks, kinds):
-    return [pytest.param(kind, mutate, field, id=f"{kind}-{name}")
-            for kind in kinds for name, mutate, field in breaks]
+    return [
+        pytest.param(kind, mutate, field, id=f"{kind}-{name}")
+        for kind in kinds
+        for name, mutate, field in breaks
+    ]
 
 
 def _broken(kind: str, mutate) -> dict:
@@ -107,8 +119,10 @@ def _broken(kind: str, mutate) -> dict:
 
 
 @needs_crds
-@pytest.mark.parametrize("kind, mutate, field",
-                         _cases(SCHEMA_BREAKS, ["RayJob", "RayCluster"]) + _cases(RAYJOB_SCHEMA_BREAKS, ["RayJob"]))
+@pytest.mark.parametrize(
+    "kind, mutate, field",
+    _cases(SCHEMA_BREAKS, ["RayJob", "RayCluster"]) + _cases(RAYJOB_SCHEMA_BREAKS, ["RayJob"]),
+)
 def test_schema_rejects_a_broken_manifest(kind, mutate, field):
     assert schema_errors(one(kind).doc) == []
     errors = schema_errors(_broken(kind, mutate))
@@ -118,30 +132,51 @@ def test_schema_rejects_a_broken_manifest(kind, mutate, field):
 
 OPERATOR_BREAKS_RAYJOB = [
     ("ttl without shutdown", _set_top("shutdownAfterJobFinishes", False), "ttlSecondsAfterFinished"),
-    ("clusterSelector as well", _set_top("clusterSelector", {"ray.io/cluster": "hdet-cluster"}),
-     "exactly one of rayClusterSpec or clusterSelector"),
-    ("neither cluster nor selector", lambda d, c: d["spec"].pop("rayClusterSpec"),
-     "exactly one of rayClusterSpec or clusterSelector"),
+    (
+        "clusterSelector as well",
+        _set_top("clusterSelector", {"ray.io/cluster": "hdet-cluster"}),
+        "exactly one of rayClusterSpec or clusterSelector",
+    ),
+    (
+        "neither cluster nor selector",
+        lambda d, c: d["spec"].pop("rayClusterSpec"),
+        "exactly one of rayClusterSpec or clusterSelector",
+    ),
     ("name of 48 characters", _rename("h" * 48), "at most 47"),
     ("name not DNS-1035", _rename("1-hdet"), "DNS-1035"),
     ("name with capitals", _rename("HDET-digits"), "DNS-1035"),
-    ("runtimeEnvYAML not YAML", _set_top("runtimeEnvYAML", "env_vars: {OMP_NUM_THREADS: [1"), "runtimeEnvYAML"),
+    (
+        "runtimeEnvYAML not YAML",
+        _set_top("runtimeEnvYAML", "env_vars: {OMP_NUM_THREADS: [1"),
+        "runtimeEnvYAML",
+    ),
     ("runtimeEnvYAML not a mapping", _set_top("runtimeEnvYAML", "- a\n- b\n"), "runtimeEnvYAML"),
     ("unknown submission mode", _set_top("submissionMode", "K8sMode"), "submissionMode"),
 ]
 OPERATOR_BREAKS_CLUSTER = [
     ("min above max", _set(["workerGroupSpecs", 0, "minReplicas"], 9), "minReplicas"),
     ("token auth on an old Ray", _set(["rayVersion"], "2.51.0"), "authOptions.mode"),
-    ("duplicate group names", lambda d, c: c(d)["workerGroupSpecs"].append(
-        copy.deepcopy(c(d)["workerGroupSpecs"][0])), "unique"),
+    (
+        "duplicate group names",
+        lambda d, c: c(d)["workerGroupSpecs"].append(copy.deepcopy(c(d)["workerGroupSpecs"][0])),
+        "unique",
+    ),
 ]
 
 
-@pytest.mark.parametrize("kind, mutate, expected",
-                         _cases(OPERATOR_BREAKS_RAYJOB, ["RayJob"])
-                         + _cases(OPERATOR_BREAKS_CLUSTER, ["RayJob", "RayCluster"])
-                         + [pytest.param("RayJob", _set(["workerGroupSpecs", 0, "replicas"], 5), "replicas",
-                                         id="RayJob-replicas outside min..max without autoscaling")])
+@pytest.mark.parametrize(
+    "kind, mutate, expected",
+    _cases(OPERATOR_BREAKS_RAYJOB, ["RayJob"])
+    + _cases(OPERATOR_BREAKS_CLUSTER, ["RayJob", "RayCluster"])
+    + [
+        pytest.param(
+            "RayJob",
+            _set(["workerGroupSpecs", 0, "replicas"], 5),
+            "replicas",
+            id="RayJob-replicas outside min..max without autoscaling",
+        )
+    ],
+)
 def test_operator_checks_reject_a_broken_manifest(kind, mutate, expected):
     assert operator_errors(one(kind).doc) == []
     errors = operator_errors(_broken(kind, mutate))

@@ -26,8 +26,12 @@ from k8s_manifests import (
 from hdet_ray.spec import JobSpec
 
 EXPECTED = {
-    ("RayJob", "hdet-digits"), ("RayCluster", "hdet-cluster"), ("ConfigMap", "hdet-spec"),
-    ("PersistentVolumeClaim", "hdet-runs"), ("Deployment", "hdet-service"), ("Service", "hdet-service"),
+    ("RayJob", "hdet-digits"),
+    ("RayCluster", "hdet-cluster"),
+    ("ConfigMap", "hdet-spec"),
+    ("PersistentVolumeClaim", "hdet-runs"),
+    ("Deployment", "hdet-service"),
+    ("Service", "hdet-service"),
     ("PersistentVolumeClaim", "hdet-service-data"),
 }
 # What the ConfigMap's spec may change from examples/specs/digits.yaml, and why: GPUs and shared storage.
@@ -112,12 +116,14 @@ def test_the_service_selects_the_deployments_pods():
     assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert service["spec"]["selector"].items() <= pod_labels.items()
     (port,) = service["spec"]["ports"]
-    container_ports = {p["name"]: p["containerPort"] for _, c, _ in containers(deployment) for p in c["ports"]}
+    container_ports = {
+        p["name"]: p["containerPort"] for _, c, _ in containers(deployment) for p in c["ports"]
+    }
     assert port["targetPort"] in container_ports
 
 
 def _env(doc: dict) -> dict[str, dict]:
-    (_, container, _), = containers(doc)
+    ((_, container, _),) = containers(doc)
     return {e["name"]: e for e in container["env"]}
 
 
@@ -125,8 +131,9 @@ def test_the_service_points_at_the_rayclusters_dashboard_with_its_token():
     cluster = one("RayCluster").doc
     env = _env(one("Deployment").doc)
     assert env["RAY_ADDRESS"]["value"] == f"http://{cluster['metadata']['name']}-head-svc:8265"
-    head_ports = {p["name"]: p["containerPort"] for g, c, _ in containers(cluster) if g == "head"
-                  for p in c["ports"]}
+    head_ports = {
+        p["name"]: p["containerPort"] for g, c, _ in containers(cluster) if g == "head" for p in c["ports"]
+    }
     assert head_ports["dashboard"] == 8265
     assert env["RAY_AUTH_MODE"]["value"] == "token"
     token = env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
@@ -139,7 +146,7 @@ def test_the_public_url_is_the_service_address_and_the_data_dir_is_the_volume():
     env = _env(deployment)
     url = urlparse(env["HDET_PUBLIC_URL"]["value"])
     assert (url.hostname, url.port) == (service["metadata"]["name"], service["spec"]["ports"][0]["port"])
-    (_, container, _), = containers(deployment)
+    ((_, container, _),) = containers(deployment)
     mounts = {mnt["mountPath"] for mnt in container["volumeMounts"]}
     assert env["HDET_DATA_DIR"]["value"] in mounts
 
@@ -184,8 +191,11 @@ def _ignored(name: str, patterns: list[str]) -> bool:
 
 
 def test_dockerignore_keeps_the_package_and_drops_the_rest():
-    patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     for needed in ("pyproject.toml", "README.md", "hdet_ray", "service", "examples"):
         assert not _ignored(needed, patterns), needed
     for dropped in (".git", "tests", "runs", "__pycache__", "hdet_ray.egg-info"):
@@ -193,7 +203,7 @@ def test_dockerignore_keeps_the_package_and_drops_the_rest():
 
 
 def _configmap_spec() -> tuple[str, dict]:
-    (key, text), = one("ConfigMap").doc["data"].items()
+    ((key, text),) = one("ConfigMap").doc["data"].items()
     return key, yaml.safe_load(text)
 
 
@@ -228,7 +238,7 @@ def test_the_entrypoints_spec_path_resolves_to_the_configmap_in_the_head_pod():
     path = PurePosixPath(argv[4])
     assert not path.is_absolute()
     assert (REPO / path).is_file(), "the same command must run from the repository root"
-    (_, head, pod), = [(g, c, p) for g, c, p in containers(rayjob) if g == "head"]
+    ((_, head, pod),) = [(g, c, p) for g, c, p in containers(rayjob) if g == "head"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     resolved = PurePosixPath(head["workingDir"]) / path
     mount = next(mnt for mnt in head["volumeMounts"] if PurePosixPath(mnt["mountPath"]) == resolved.parent)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_two_examples_differ_only_by_the_scheduler_swap():
     plain = (ROOT / "examples/digits_onecycle.py").read_text().splitlines()
     hdet = (ROOT / "examples/digits_hdet.py").read_text().splitlines()
-    code = lambda lines: [line for line in lines[lines.index("import argparse"):]]
+    code = lambda lines: [line for line in lines[lines.index("import argparse") :]]
     added = [line for line in code(hdet) if line not in code(plain)]
     assert any("HDETOneCycleLR(optimizer" in line for line in added)
     assert "    scheduler.step(loss)" in added
@@ -22,9 +22,23 @@ def test_the_two_examples_differ_only_by_the_scheduler_swap():
 @pytest.mark.slow
 def test_torchrun_hdet_example_prints_a_moving_trajectory():
     out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
-         str(ROOT / "examples/digits_hdet.py"), "--steps", "250"],
-        check=False, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "4",
+            str(ROOT / "examples/digits_hdet.py"),
+            "--steps",
+            "250",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     windows = re.findall(r"^window +(\d+) step +\d+ base lr x([0-9.]+)", out.stdout, re.MULTILINE)
     assert [int(w) for w, _ in windows] == list(range(10))

@@ -31,16 +31,32 @@ def sequences(n: int, length: int = 16, vocab: int = 32) -> list[dict[str, torch
 
 def main(out: Path) -> None:
     torch.set_num_threads(1)
-    args = TrainingArguments(output_dir=str(out / "hf"), max_steps=STEPS, per_device_train_batch_size=8,
-                             logging_steps=STEPS, report_to=[], save_strategy="no", use_cpu=True,
-                             ddp_backend="gloo", disable_tqdm=True, seed=0, dataloader_num_workers=0)
+    args = TrainingArguments(
+        output_dir=str(out / "hf"),
+        max_steps=STEPS,
+        per_device_train_batch_size=8,
+        logging_steps=STEPS,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        ddp_backend="gloo",
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
+    )
     args.device  # noqa: B018  sets up the process group (gloo) before HDET's scheduler needs it
     assert dist.is_initialized() and dist.get_world_size() == 2
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=16, vocab_size=32))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    scheduler = HDETOneCycleLR(optimizer, max_lr=3e-3, total_steps=STEPS, sync_every=SYNC_EVERY, model=model,
-                               controller_settings={"trust_windows": 1})
+    scheduler = HDETOneCycleLR(
+        optimizer,
+        max_lr=3e-3,
+        total_steps=STEPS,
+        sync_every=SYNC_EVERY,
+        model=model,
+        controller_settings={"trust_windows": 1},
+    )
     trainer = Trainer(model=model, args=args, train_dataset=sequences(256), optimizers=(optimizer, scheduler))
     callback = HDETCallback(trainer)
     trainer.add_callback(callback)

@@ -35,9 +35,14 @@ class Regression(pl.LightningModule):
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
-        scheduler = HDETOneCycleLR(optimizer, max_lr=1e-2, total_steps=self.trainer.max_steps,
-                                   sync_every=SYNC_EVERY, model=self.trainer.model,
-                                   controller_settings={"trust_windows": 1})
+        scheduler = HDETOneCycleLR(
+            optimizer,
+            max_lr=1e-2,
+            total_steps=self.trainer.max_steps,
+            sync_every=SYNC_EVERY,
+            model=self.trainer.model,
+            controller_settings={"trust_windows": 1},
+        )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
@@ -49,9 +54,18 @@ def main(out: Path) -> None:
     data = DataLoader(TensorDataset(x, y), batch_size=16)
     pl.seed_everything(0, verbose=False)
     module = Regression()
-    trainer = pl.Trainer(max_steps=STEPS, strategy="ddp", accelerator="cpu", devices=2, callbacks=[HDETCallback()],
-                         logger=CSVLogger(str(out), name="csv", version=0), enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=STEPS)
+    trainer = pl.Trainer(
+        max_steps=STEPS,
+        strategy="ddp",
+        accelerator="cpu",
+        devices=2,
+        callbacks=[HDETCallback()],
+        logger=CSVLogger(str(out), name="csv", version=0),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=STEPS,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(module, data)
@@ -59,9 +73,11 @@ def main(out: Path) -> None:
     flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
     gathered = [torch.empty_like(flat) for _ in range(2)]
     dist.all_gather(gathered, flat)
-    result = {"records": [r.to_dict() for r in scheduler.records],
-              "replicas_identical": bool(torch.equal(gathered[0], gathered[1])),
-              "single_reduce_warning": any("switched off" in str(w.message) for w in caught)}
+    result = {
+        "records": [r.to_dict() for r in scheduler.records],
+        "replicas_identical": bool(torch.equal(gathered[0], gathered[1])),
+        "single_reduce_warning": any("switched off" in str(w.message) for w in caught),
+    }
     (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
 
 

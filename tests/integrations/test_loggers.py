@@ -26,12 +26,28 @@ def window(w: int, total_windows: int = 3) -> WindowRecord:
     """Window w of a 3-replica run, 10 steps a window; replica 2 dies in window 1."""
     losses = [1.0 / (w + 1), 1.5 / (w + 1), math.nan if w == 1 else 2.0 / (w + 1)]
     return WindowRecord(
-        window=w, step=10 * (w + 1), total_steps=10 * total_windows, losses=losses, start_loss=2.0,
-        healthy=[True, True, w != 1], excluded=[2] if w == 1 else [], reasons={"2": "nan"} if w == 1 else {},
-        weights=[0.5, 0.5, 0.0] if w == 1 else [1 / 3] * 3, acted=w == 2,
-        params={"lr": ParamRecord(base=0.1, offset=0.0, new_offset=0.1 * w, center=0.1 * math.exp(0.1 * w),
-                                  multipliers=[0.5, 1.0, 2.0], values=[0.05, 0.1, 0.2])},
-        metrics={"val_loss": 3.0 - w} if w else {})
+        window=w,
+        step=10 * (w + 1),
+        total_steps=10 * total_windows,
+        losses=losses,
+        start_loss=2.0,
+        healthy=[True, True, w != 1],
+        excluded=[2] if w == 1 else [],
+        reasons={"2": "nan"} if w == 1 else {},
+        weights=[0.5, 0.5, 0.0] if w == 1 else [1 / 3] * 3,
+        acted=w == 2,
+        params={
+            "lr": ParamRecord(
+                base=0.1,
+                offset=0.0,
+                new_offset=0.1 * w,
+                center=0.1 * math.exp(0.1 * w),
+                multipliers=[0.5, 1.0, 2.0],
+                values=[0.05, 0.1, 0.2],
+            )
+        },
+        metrics={"val_loss": 3.0 - w} if w else {},
+    )
 
 
 def test_record_scalars_by_hand():
@@ -90,19 +106,31 @@ def test_job_spec_log_to_writes_both_from_the_loop(tmp_path, file_store):
     from hdet_ray.spec import JobSpec, SpecError
 
     uri = file_store
-    spec = JobSpec.parse({"name": "logged", "task": "digits", "task_options": {"width": 16}, "replicas": 1,
-                          "steps": 30, "sync_every": 10,
-                          "log_to": {"tensorboard": str(tmp_path / "tb"), "mlflow": uri}})
+    spec = JobSpec.parse(
+        {
+            "name": "logged",
+            "task": "digits",
+            "task_options": {"width": 16},
+            "replicas": 1,
+            "steps": 30,
+            "sync_every": 10,
+            "log_to": {"tensorboard": str(tmp_path / "tb"), "mlflow": uri},
+        }
+    )
     replica = Replica.build(spec, 0, 1)
     replica.train()
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     losses = events.Scalars("hdet/loss/replica_0")
     assert [e.step for e in losses] == [10, 20, 30]
-    assert [e.value for e in losses] == pytest.approx([r.losses[0] for r in replica.scheduler.records], rel=1e-6)
+    assert [e.value for e in losses] == pytest.approx(
+        [r.losses[0] for r in replica.scheduler.records], rel=1e-6
+    )
     client = MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("hdet").experiment_id])
     assert run.data.tags["mlflow.runName"] == "logged" and run.info.status == "FINISHED"
-    assert run.data.metrics["hdet/metric/val_loss"] == pytest.approx(replica.scheduler.records[-1].metrics["val_loss"])
+    assert run.data.metrics["hdet/metric/val_loss"] == pytest.approx(
+        replica.scheduler.records[-1].metrics["val_loss"]
+    )
     with pytest.raises(SpecError, match="log_to"):
         JobSpec.parse({"log_to": {"wandb": "x"}})

@@ -18,8 +18,15 @@ from service.backends import MemoryJobs
 from tests.service.conftest import TOKEN, start_server
 
 PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "plugin_task"
-JOB = {"name": "plugin", "task": "sine", "task_options": {"width": 16}, "replicas": 2, "steps": 60,
-       "sync_every": 20, "seed": 3}
+JOB = {
+    "name": "plugin",
+    "task": "sine",
+    "task_options": {"width": 16},
+    "replicas": 2,
+    "steps": 60,
+    "sync_every": 20,
+    "seed": 3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +34,22 @@ def plugin_path(tmp_path_factory):
     """`pip install --target` of a copy of the example (the build leaves nothing in the source tree)."""
     root = tmp_path_factory.mktemp("plugin")
     shutil.copytree(PLUGIN, root / "src")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(root / "site"), str(root / "src")], check=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(root / "site"),
+            str(root / "src"),
+        ],
+        check=True,
+        timeout=300,
+    )
     old_path, old_env = list(sys.path), os.environ.get("PYTHONPATH")
     sys.path.insert(0, str(root / "site"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(root / "site"), *filter(None, [old_env])])
@@ -54,10 +75,17 @@ def test_registry_lists_and_refuses(plugin_path, tmp_path):
             assert sorted(items) == ["bytelm", "digits", "sine"]
             sine = items["sine"]
             assert sine["source"] == "entry point hdet_plugin_example:make_task"
-            assert sine["options"]["properties"]["width"] == {"default": 32, "title": "Width", "type": "integer"}
+            assert sine["options"]["properties"]["width"] == {
+                "default": 32,
+                "title": "Width",
+                "type": "integer",
+            }
             assert sine["options"]["additionalProperties"] is False
             assert items["digits"]["options"]["properties"]["depth"]["default"] == 2
-            assert c.get("/v1/tasks", headers={"Authorization": "Bearer wrong-token-entirely"}).status_code == 403
+            assert (
+                c.get("/v1/tasks", headers={"Authorization": "Bearer wrong-token-entirely"}).status_code
+                == 403
+            )
 
             r = c.post("/v1/jobs", json={**JOB, "task_options": {"width": "wide"}})
             assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "task_options"], r.text
@@ -65,7 +93,9 @@ def test_registry_lists_and_refuses(plugin_path, tmp_path):
             for code in ("hdet_plugin_example:make_task", "os:system", "nosuchtask"):
                 r = c.post("/v1/jobs", json={**JOB, "task": code})  # code is never accepted over REST
                 assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "task"], r.text
-            r = c.post("/v1/jobs", json={**JOB, "log_to": {"tensorboard": "/tmp/anywhere"}})  # no paths over REST
+            r = c.post(
+                "/v1/jobs", json={**JOB, "log_to": {"tensorboard": "/tmp/anywhere"}}
+            )  # no paths over REST
             assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "log_to"], r.text
             assert c.post("/v1/jobs", json=JOB).status_code == 201
     finally:
@@ -94,8 +124,13 @@ def test_a_plugin_that_does_not_load_is_listed_with_its_error(plugin_path, tmp_p
 @pytest.mark.ray
 @pytest.mark.slow
 def test_plugin_job_runs_through_the_service(plugin_path, tmp_path):
-    settings = Settings(token=TOKEN, data_dir=tmp_path, poll_interval_s=0.5, ray_num_cpus=2,
-                        entrypoint=f"{sys.executable} -m hdet_ray run --spec-json {{spec_json}}")
+    settings = Settings(
+        token=TOKEN,
+        data_dir=tmp_path,
+        poll_interval_s=0.5,
+        ray_num_cpus=2,
+        entrypoint=f"{sys.executable} -m hdet_ray run --spec-json {{spec_json}}",
+    )
     server = start_server(settings)  # its Ray head inherits PYTHONPATH, hence the plugin
     try:
         with server.client() as c:
@@ -103,7 +138,11 @@ def test_plugin_job_runs_through_the_service(plugin_path, tmp_path):
             assert created.status_code == 201, created.text
             job_id = created.json()["id"]
             deadline = time.monotonic() + 300
-            while (job := c.get(f"/v1/jobs/{job_id}").json())["status"] not in ("SUCCEEDED", "FAILED", "STOPPED"):
+            while (job := c.get(f"/v1/jobs/{job_id}").json())["status"] not in (
+                "SUCCEEDED",
+                "FAILED",
+                "STOPPED",
+            ):
                 assert time.monotonic() < deadline, job
                 time.sleep(1)
             logs = c.get(f"/v1/jobs/{job_id}/logs", params={"tail": 40}).text

@@ -14,17 +14,37 @@ import pytest
 
 from service.ray_head import free_port
 
-MISSING = [m for m in ['transformers', 'accelerate'] if importlib.util.find_spec(m) is None]  # imported by the worker only
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(MISSING), reason="pip install hdet-ray[integrations]")]
+MISSING = [
+    m for m in ["transformers", "accelerate"] if importlib.util.find_spec(m) is None
+]  # imported by the worker only
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(MISSING), reason="pip install hdet-ray[integrations]"),
+]
 
 WORKER = Path(__file__).with_name("hf_worker.py")
 
 
 def test_trainer_with_hdet_callback(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", str(free_port()), str(WORKER), str(tmp_path)],
-                         capture_output=True, text=True, timeout=240, env=env, check=False)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            str(WORKER),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     records = ranks[0]["records"]

@@ -28,20 +28,38 @@ def test_task_module_travels_in_working_dir(head, tmp_path):  # noqa: F811
     project = tmp_path / "my_project"
     project.mkdir()
     (project / "my_task.py").write_text(TASK)
-    (project / "spec.yaml").write_text(textwrap.dedent("""\
+    (project / "spec.yaml").write_text(
+        textwrap.dedent("""\
         name: mine
         task: my_task:make_task
         task_options: {width: 8}
         replicas: 2
         steps: 20
         sync_every: 10
-        """))
+        """)
+    )
     (tmp_path / "runtime_env.yaml").write_text("working_dir: ./my_project\n")
     runs = tmp_path / "runs"
-    cmd = ["ray", "job", "submit", "--address", head["address"], "--runtime-env", "runtime_env.yaml", "--",
-           "python", "-m", "hdet_ray", "run", "spec.yaml", "--storage-path", str(runs)]
-    done = subprocess.run(cmd, check=False, cwd=tmp_path, env=head["env"], capture_output=True, text=True,
-                          timeout=400)
+    cmd = [
+        "ray",
+        "job",
+        "submit",
+        "--address",
+        head["address"],
+        "--runtime-env",
+        "runtime_env.yaml",
+        "--",
+        "python",
+        "-m",
+        "hdet_ray",
+        "run",
+        "spec.yaml",
+        "--storage-path",
+        str(runs),
+    ]
+    done = subprocess.run(
+        cmd, check=False, cwd=tmp_path, env=head["env"], capture_output=True, text=True, timeout=400
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = read_trajectory(runs / "mine" / "trajectory.jsonl")
     assert [r["window"] for r in records] == [0, 1] and all(len(r["losses"]) == 2 for r in records)

@@ -14,14 +14,19 @@ from hdet_ray.promotion.table import cell_ranks, summarize
 
 def study(**overrides):
     data = {
-        "name": "case", "metric": "val_bpb",
+        "name": "case",
+        "metric": "val_bpb",
         "candidates": [{"name": n} for n in ("ref", "ctrl", "a", "b", "c", "small")],
         "retained": {"reference": "ref", "controls": ["ctrl"]},
-        "stages": [{"name": "s5", "steps": 5, "seeds": [0], "advance": 2},
-                   {"name": "s60", "steps": 60, "seeds": [1, 2], "advance": 2},
-                   {"name": "s12h", "steps": 720, "seeds": [3, 4]}],
-        "gates": [{"rule": "within_margin", "margin": 0.010, "stages": ["s12h"], "candidates": ["a", "b"]},
-                  {"rule": "mean_gap", "margin": 0.020, "stages": ["s12h"], "candidates": ["small"]}],
+        "stages": [
+            {"name": "s5", "steps": 5, "seeds": [0], "advance": 2},
+            {"name": "s60", "steps": 60, "seeds": [1, 2], "advance": 2},
+            {"name": "s12h", "steps": 720, "seeds": [3, 4]},
+        ],
+        "gates": [
+            {"rule": "within_margin", "margin": 0.010, "stages": ["s12h"], "candidates": ["a", "b"]},
+            {"rule": "mean_gap", "margin": 0.020, "stages": ["s12h"], "candidates": ["small"]},
+        ],
     }
     data.update(overrides)
     return Study.parse(data)
@@ -40,8 +45,14 @@ def test_ranks_ties_share_the_average_and_mode_max_flips():
 def test_retained_reference_ranking_low_at_cheap_stages_still_reaches_the_final_stage():
     st = study()
     # cheap stage: the reference is last of six; top 2 challengers advance, ref and ctrl are kept
-    screen = {"ref": {"s0": 3.40}, "ctrl": {"s0": 3.35}, "a": {"s0": 3.20}, "b": {"s0": 3.22},
-              "c": {"s0": 3.30}, "small": {"s0": 3.25}}
+    screen = {
+        "ref": {"s0": 3.40},
+        "ctrl": {"s0": 3.35},
+        "a": {"s0": 3.20},
+        "b": {"s0": 3.22},
+        "c": {"s0": 3.30},
+        "small": {"s0": 3.25},
+    }
     d0 = decide_stage(st, 0, screen)
     assert d0.order == ["a", "b", "small", "c", "ctrl", "ref"]
     assert d0.advanced == ["a", "b", "ctrl", "ref"]
@@ -49,8 +60,12 @@ def test_retained_reference_ranking_low_at_cheap_stages_still_reaches_the_final_
     assert d0.outcomes["small"].rule == "top_k(k=2)" and d0.outcomes["small"].by == 3.0
     assert d0.outcomes["c"].advanced is False
     # confirm stage: the reference is still worst in both cells, still kept
-    confirm = {"ref": {"s1": 3.30, "s2": 3.31}, "ctrl": {"s1": 3.29, "s2": 3.28},
-               "a": {"s1": 3.25, "s2": 3.26}, "b": {"s1": 3.27, "s2": 3.24}}
+    confirm = {
+        "ref": {"s1": 3.30, "s2": 3.31},
+        "ctrl": {"s1": 3.29, "s2": 3.28},
+        "a": {"s1": 3.25, "s2": 3.26},
+        "b": {"s1": 3.27, "s2": 3.24},
+    }
     d1 = decide_stage(st, 1, confirm)
     assert set(d1.advanced) == {"a", "b", "ctrl", "ref"}
     assert not d1.final and d1.winner is None
@@ -58,11 +73,13 @@ def test_retained_reference_ranking_low_at_cheap_stages_still_reaches_the_final_
 
 def test_within_margin_fails_on_one_cell_0011_behind_and_mean_gap_fails_at_0032():
     st = study()
-    final = {"ref": {"s3": 3.250, "s4": 3.260},
-             "ctrl": {"s3": 3.300, "s4": 3.300},
-             "a": {"s3": 3.255, "s4": 3.271},        # 0.005 and 0.011 behind: fails the 0.010 all-cells rule
-             "b": {"s3": 3.245, "s4": 3.270},        # -0.005 and exactly 0.010: passes
-             "small": {"s3": 3.282, "s4": 3.292}}    # gaps 0.032, 0.032: mean 0.032 > 0.020
+    final = {
+        "ref": {"s3": 3.250, "s4": 3.260},
+        "ctrl": {"s3": 3.300, "s4": 3.300},
+        "a": {"s3": 3.255, "s4": 3.271},  # 0.005 and 0.011 behind: fails the 0.010 all-cells rule
+        "b": {"s3": 3.245, "s4": 3.270},  # -0.005 and exactly 0.010: passes
+        "small": {"s3": 3.282, "s4": 3.292},
+    }  # gaps 0.032, 0.032: mean 0.032 > 0.020
     d = decide_stage(st, 2, final)
     a, small = d.outcomes["a"], d.outcomes["small"]
     assert not a.advanced and a.rule == "gates[0] within_margin(margin=0.01)"
@@ -75,8 +92,13 @@ def test_within_margin_fails_on_one_cell_0011_behind_and_mean_gap_fails_at_0032(
 
 def test_within_margin_treats_a_missing_cell_as_failing_and_a_failed_candidate_is_stopped():
     st = study()
-    final = {"ref": {"s3": 3.25, "s4": 3.26}, "a": {"s3": 3.25}, "b": {},
-             "ctrl": {"s3": 3.3, "s4": 3.3}, "small": {"s3": 3.26, "s4": 3.27}}
+    final = {
+        "ref": {"s3": 3.25, "s4": 3.26},
+        "a": {"s3": 3.25},
+        "b": {},
+        "ctrl": {"s3": 3.3, "s4": 3.3},
+        "small": {"s3": 3.26, "s4": 3.27},
+    }
     d = decide_stage(st, 2, final)
     assert not d.outcomes["a"].advanced and "['s4']" in d.outcomes["a"].reason
     assert d.outcomes["b"].rule == "failed"
@@ -87,24 +109,33 @@ def test_a_user_rule_is_checked_on_the_numbers_alone():
     from hdet_ray.promotion.rules import RULES, Verdict
 
     def below(gate, summaries, candidates, reference):
-        return {c: Verdict(summaries[c].mean <= gate.margin, summaries[c].mean, "absolute") for c in candidates}
+        return {
+            c: Verdict(summaries[c].mean <= gate.margin, summaries[c].mean, "absolute") for c in candidates
+        }
 
     register_rule("absolute_below", below)
     try:
         st = study(gates=[{"rule": "absolute_below", "margin": 3.0}])
-        d = decide_stage(st, 2, {"ref": {"s3": 3.1}, "ctrl": {"s3": 3.2}, "a": {"s3": 2.9}, "b": {"s3": 3.05}})
-        assert d.advanced == ["a", "ref", "ctrl"] and d.outcomes["b"].rule.startswith("gates[0] absolute_below")
+        d = decide_stage(
+            st, 2, {"ref": {"s3": 3.1}, "ctrl": {"s3": 3.2}, "a": {"s3": 2.9}, "b": {"s3": 3.05}}
+        )
+        assert d.advanced == ["a", "ref", "ctrl"] and d.outcomes["b"].rule.startswith(
+            "gates[0] absolute_below"
+        )
     finally:
         RULES.pop("absolute_below")
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"gates": [{"rule": "within_margin"}]}, "gates.0.margin"),
-    ({"gates": [{"rule": "nope", "margin": 1}]}, "gates.0.rule"),
-    ({"retained": {"reference": "zzz"}}, "retained"),
-    ({"stages": [{"name": "x", "steps": 0, "seeds": [0]}]}, "stages.0.steps"),
-    ({"stages": [{"name": "x", "steps": 5, "seeds": [0], "start": "continue"}]}, "stages.0.start"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"gates": [{"rule": "within_margin"}]}, "gates.0.margin"),
+        ({"gates": [{"rule": "nope", "margin": 1}]}, "gates.0.rule"),
+        ({"retained": {"reference": "zzz"}}, "retained"),
+        ({"stages": [{"name": "x", "steps": 0, "seeds": [0]}]}, "stages.0.steps"),
+        ({"stages": [{"name": "x", "steps": 5, "seeds": [0], "start": "continue"}]}, "stages.0.start"),
+    ],
+)
 def test_bad_study_names_the_field(change, field):
     with pytest.raises(StudyError) as e:
         study(**change)
@@ -113,8 +144,12 @@ def test_bad_study_names_the_field(change, field):
 
 def test_changing_a_gate_is_refused_naming_the_change():
     old = study().definition()
-    new = study(gates=[{"rule": "within_margin", "margin": 0.015, "stages": ["s12h"], "candidates": ["a", "b"]},
-                       {"rule": "mean_gap", "margin": 0.020, "stages": ["s12h"], "candidates": ["small"]}])
+    new = study(
+        gates=[
+            {"rule": "within_margin", "margin": 0.015, "stages": ["s12h"], "candidates": ["a", "b"]},
+            {"rule": "mean_gap", "margin": 0.020, "stages": ["s12h"], "candidates": ["small"]},
+        ]
+    )
     assert fingerprint(old) == fingerprint(study().definition())
     with pytest.raises(StudyChanged) as e:
         check_unchanged("case", old, new.definition())
@@ -125,9 +160,11 @@ def test_changing_a_gate_is_refused_naming_the_change():
 def test_budget_counterfactuals_by_hand():
     st = study()
     h = 3600.0
-    cells = ([{"stage": "s5", "candidate": c, "worker_seconds": 1 * h} for c in "abcdef"]
-             + [{"stage": "s60", "candidate": c, "worker_seconds": s * h} for c in "abcd" for s in (2, 4)]
-             + [{"stage": "s12h", "candidate": c, "worker_seconds": 10 * h} for c in "ab" for _ in (0, 1)])
+    cells = (
+        [{"stage": "s5", "candidate": c, "worker_seconds": 1 * h} for c in "abcdef"]
+        + [{"stage": "s60", "candidate": c, "worker_seconds": s * h} for c in "abcd" for s in (2, 4)]
+        + [{"stage": "s12h", "candidate": c, "worker_seconds": 10 * h} for c in "ab" for _ in (0, 1)]
+    )
     b = account(st, cells)
     assert [s.worker_hours for s in b.stages] == [6.0, 24.0, 40.0] and b.spent_hours == 70.0
     cf = {c.from_stage: c for c in b.counterfactuals}

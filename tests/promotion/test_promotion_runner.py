@@ -63,15 +63,21 @@ def test_six_candidates_three_stages_with_a_crashing_one(cluster, tmp_path):
     assert cells["confirm/control/s1"]["steps_run"] == 90
     # the decisions are a pure function of the recorded numbers
     for k, stage in enumerate(study.stages):
-        assert decide_stage(study, k, record.table(study, stage.name)).to_dict() == rec["decisions"][stage.name]
+        assert (
+            decide_stage(study, k, record.table(study, stage.name)).to_dict() == rec["decisions"][stage.name]
+        )
 
     # budget: recomputed from the cells
     budget = rec["budget"]
-    spent = {s.name: sum(c["worker_seconds"] for c in cells.values() if c["stage"] == s.name) / 3600
-             for s in study.stages}
+    spent = {
+        s.name: sum(c["worker_seconds"] for c in cells.values() if c["stage"] == s.name) / 3600
+        for s in study.stages
+    }
     assert [b["worker_hours"] for b in budget["stages"]] == pytest.approx(list(spent.values()))
     assert budget["spent_hours"] == pytest.approx(sum(spent.values()))
-    assert all(c["worker_seconds"] >= sum(a["worker_seconds"] for a in c["attempts"]) - 1e-9 for c in cells.values())
+    assert all(
+        c["worker_seconds"] >= sum(a["worker_seconds"] for a in c["attempts"]) - 1e-9 for c in cells.values()
+    )
     names = [s.name for s in study.stages]
     for k, cf in enumerate(budget["counterfactuals"]):
         ran = len({c["candidate"] for c in cells.values() if c["stage"] == names[k]})
@@ -80,7 +86,7 @@ def test_six_candidates_three_stages_with_a_crashing_one(cluster, tmp_path):
             per_cell = [c["worker_seconds"] / 3600 for c in cells.values() if c["stage"] == names[j]]
             later += ran * cells_per_candidate(study, j) * sum(per_cell) / len(per_cell)
         assert cf["candidates"] == ran and cf["later_hours"] == pytest.approx(later)
-        assert cf["total_hours"] == pytest.approx(sum(spent[n] for n in names[:k + 1]) + later)
+        assert cf["total_hours"] == pytest.approx(sum(spent[n] for n in names[: k + 1]) + later)
 
     md = (record.path / "record.md").read_text()
     assert "## Stage `final`" in md and "Counterfactuals" in md and "screen/broken/s0" in md
@@ -89,13 +95,28 @@ def test_six_candidates_three_stages_with_a_crashing_one(cluster, tmp_path):
 
 
 def _promote(study_file: Path, out: Path, address: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "hdet_ray", "promote", str(study_file), "--out", str(out),
-                             "--address", address], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")})
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hdet_ray",
+            "promote",
+            str(study_file),
+            "--out",
+            str(out),
+            "--address",
+            address,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")},
+    )
 
 
 def test_killed_runner_resumes_without_rerunning_finished_cells_and_a_changed_gate_is_refused(
-        cluster, tmp_path, capsys):
+    cluster, tmp_path, capsys
+):
     study_file = tmp_path / "study.yaml"
     study_file.write_text(yaml.safe_dump(example(name="resume")))
     record_file = tmp_path / "out" / "resume" / "record.json"

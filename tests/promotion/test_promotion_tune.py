@@ -31,19 +31,26 @@ def trainable(config):
     for step in range(start + 1, 7):
         with tempfile.TemporaryDirectory() as d:
             (Path(d) / "state.json").write_text(json.dumps({"step": step}))
-            tune.report({"step": step, "val_loss": metric(config["candidate"], config["seed"], step)},
-                        checkpoint=tune.Checkpoint.from_directory(d))
+            tune.report(
+                {"step": step, "val_loss": metric(config["candidate"], config["seed"], step)},
+                checkpoint=tune.Checkpoint.from_directory(d),
+            )
 
 
-STUDY = Study.parse({
-    "name": "tune", "metric": "val_loss",
-    "candidates": [{"name": n} for n in BASE],
-    "retained": {"reference": "ref", "controls": ["ctrl"]},
-    "stages": [{"name": "s1", "steps": 2, "seeds": [0], "advance": 1},
-               {"name": "s2", "steps": 4, "seeds": [0], "advance": 1},
-               {"name": "s3", "steps": 6, "seeds": [0]}],
-    "gates": [{"rule": "mean_gap", "margin": 0.01, "stages": ["s1"], "candidates": ["c"]}],
-})
+STUDY = Study.parse(
+    {
+        "name": "tune",
+        "metric": "val_loss",
+        "candidates": [{"name": n} for n in BASE],
+        "retained": {"reference": "ref", "controls": ["ctrl"]},
+        "stages": [
+            {"name": "s1", "steps": 2, "seeds": [0], "advance": 1},
+            {"name": "s2", "steps": 4, "seeds": [0], "advance": 1},
+            {"name": "s3", "steps": 6, "seeds": [0]},
+        ],
+        "gates": [{"rule": "mean_gap", "margin": 0.01, "stages": ["s1"], "candidates": ["c"]}],
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +73,8 @@ def test_tune_scheduler_stops_and_promotes_by_the_study_rules(cluster, tmp_path)
         tune.with_resources(trainable, {"cpu": 1}),
         param_space={"candidate": tune.grid_search(list(BASE)), "seed": tune.grid_search([0, 1])},
         tune_config=tune.TuneConfig(scheduler=scheduler, metric="val_loss", mode="min"),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name="promotion", verbose=0))
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="promotion", verbose=0),
+    )
     results = tuner.fit()
     assert not results.errors
 

@@ -22,8 +22,13 @@ class IngestServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"),
-                                        "windows": [r["window"] for r in body["records"]]})
+                server.requests.append(
+                    {
+                        "path": self.path,
+                        "auth": self.headers.get("Authorization"),
+                        "windows": [r["window"] for r in body["records"]],
+                    }
+                )
                 ok_auth = self.headers.get("Authorization") == f"Bearer {server.token}"
                 if len(server.requests) <= server.fail_first or not ok_auth:
                     self.send_response(503 if ok_auth else 401)

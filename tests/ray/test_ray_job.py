@@ -13,9 +13,17 @@ from hdet_ray.spec import JobSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-BASE = {"task": "digits", "task_options": {"width": 32, "depth": 1}, "replicas": 2, "steps": 60,
-        "sync_every": 10, "checkpoint_every": 1, "seed": 3, "collective_timeout_s": 20,
-        "controller": {"name": "slope", "trust_windows": 1}}
+BASE = {
+    "task": "digits",
+    "task_options": {"width": 32, "depth": 1},
+    "replicas": 2,
+    "steps": 60,
+    "sync_every": 10,
+    "checkpoint_every": 1,
+    "seed": 3,
+    "collective_timeout_s": 20,
+    "controller": {"name": "slope", "trust_windows": 1},
+}
 
 
 @pytest.fixture(scope="module")
@@ -23,16 +31,19 @@ def clean_run(local_ray, tmp_path_factory):
     from hdet_ray.ray import run_job
 
     server = IngestServer(token="tok", fail_first=2)
-    spec = JobSpec.parse({**BASE, "name": "clean",
-                          "service": {"url": server.url, "job_id": "j-clean", "token": "tok"}})
+    spec = JobSpec.parse(
+        {**BASE, "name": "clean", "service": {"url": server.url, "job_id": "j-clean", "token": "tok"}}
+    )
     result = run_job(spec, storage_path=tmp_path_factory.mktemp("runs"), progress=False)
     yield result, server
     server.close()
 
 
 def _losses(records):
-    return [(r["window"], r["losses"], {k: v for k, v in r["metrics"].items() if k != "elapsed_s"})
-            for r in records]
+    return [
+        (r["window"], r["losses"], {k: v for k, v in r["metrics"].items() if k != "elapsed_s"})
+        for r in records
+    ]
 
 
 def test_run_writes_one_record_per_window_and_one_decision_each(clean_run):
@@ -65,9 +76,15 @@ def test_killed_worker_restarts_from_checkpoint_without_gaps(clean_run, tmp_path
 
     clean, _ = clean_run
     marker = tmp_path / "killed"
-    spec = JobSpec.parse({**BASE, "name": "faulty", "max_failures": 1, "task": "faulty_task:kill_once",
-                          "task_options": {**BASE["task_options"], "kill_rank": 1, "kill_step": 35,
-                                           "marker": str(marker)}})
+    spec = JobSpec.parse(
+        {
+            **BASE,
+            "name": "faulty",
+            "max_failures": 1,
+            "task": "faulty_task:kill_once",
+            "task_options": {**BASE["task_options"], "kill_rank": 1, "kill_step": 35, "marker": str(marker)},
+        }
+    )
     result = run_job(spec, storage_path=tmp_path / "runs", progress=False)
     assert marker.exists()  # the worker really died
     records = read_trajectory(result.run_dir / "trajectory.jsonl")
@@ -87,11 +104,15 @@ def test_tuner_runs_two_hdet_trials_with_different_widths(local_ray, tmp_path):
     from hdet_ray.ray.tune import hdet_trainable
 
     spec = {**BASE, "name": "tuned", "steps": 30, "checkpoint_every": 3}
-    trainable = tune.with_resources(hdet_trainable(spec, cpus_per_worker=0.5, storage_path=str(tmp_path)),
-                                    {"cpu": 0.5})
-    tuner = tune.Tuner(trainable, param_space={"task_options.width": tune.grid_search([8, 64])},
-                       tune_config=tune.TuneConfig(metric="val_loss", mode="min"),
-                       run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), name="widths"))
+    trainable = tune.with_resources(
+        hdet_trainable(spec, cpus_per_worker=0.5, storage_path=str(tmp_path)), {"cpu": 0.5}
+    )
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"task_options.width": tune.grid_search([8, 64])},
+        tune_config=tune.TuneConfig(metric="val_loss", mode="min"),
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), name="widths"),
+    )
     results = tuner.fit()
     assert not results.errors
     by_width = {r.config["task_options.width"]: r.metrics for r in results}

@@ -72,24 +72,58 @@ def test_pusher_never_blocks_and_keeps_records_while_service_is_down():
 
 def _window(w: int, losses, offset=0.0) -> Window:
     coords = tuple(math.log(m) for m in (0.5, 0.79, 1.26, 2.0))
-    p = ParamWindow(scale="log", base=0.01, offset=offset, coords=coords,
-                    values=tuple(0.01 * math.exp(offset + c) for c in coords))
-    return Window(window=w, step=10 * (w + 1), total_steps=100, losses=tuple(losses),
-                  healthy=(True,) * 4, params={"lr": p})
+    p = ParamWindow(
+        scale="log",
+        base=0.01,
+        offset=offset,
+        coords=coords,
+        values=tuple(0.01 * math.exp(offset + c) for c in coords),
+    )
+    return Window(
+        window=w,
+        step=10 * (w + 1),
+        total_steps=100,
+        losses=tuple(losses),
+        healthy=(True,) * 4,
+        params={"lr": p},
+    )
 
 
 def _draft(window: Window) -> dict:
     p = window.params["lr"]
-    return {"window": window.window, "step": window.step, "total_steps": 100, "losses": list(window.losses),
-            "start_loss": 1.0, "healthy": [True] * 4, "excluded": [], "reasons": {}, "weights": [],
-            "params": {"lr": {"base": p.base, "offset": p.offset, "new_offset": p.offset,
-                              "multipliers": [0.5, 0.79, 1.26, 2.0], "values": list(p.values)}},
-            "metrics": {}}
+    return {
+        "window": window.window,
+        "step": window.step,
+        "total_steps": 100,
+        "losses": list(window.losses),
+        "start_loss": 1.0,
+        "healthy": [True] * 4,
+        "excluded": [],
+        "reasons": {},
+        "weights": [],
+        "params": {
+            "lr": {
+                "base": p.base,
+                "offset": p.offset,
+                "new_offset": p.offset,
+                "multipliers": [0.5, 0.79, 1.26, 2.0],
+                "values": list(p.values),
+            }
+        },
+        "metrics": {},
+    }
 
 
 def test_controller_host_matches_the_pure_controller_and_restores(tmp_path):
-    spec = JobSpec.parse({"task": "digits", "replicas": 4, "steps": 100, "sync_every": 10,
-                          "controller": {"name": "slope", "trust_windows": 1}})
+    spec = JobSpec.parse(
+        {
+            "task": "digits",
+            "replicas": 4,
+            "steps": 100,
+            "sync_every": 10,
+            "controller": {"name": "slope", "trust_windows": 1},
+        }
+    )
     host = ControllerHost(spec.model_dump(mode="json"), str(tmp_path))
     pure = make_controller("slope", **spec.controller.settings())
     state = pure.initial_state(["lr"])
@@ -144,8 +178,10 @@ def test_generation_search_state_roundtrip_resumes_exactly():
     assert a.center == b.center and a.spread == b.spread
 
 
-@pytest.mark.parametrize("bad, field", [({"population": 2}, "population"), ({"spread": 1.0}, "spread"),
-                                        ({"center": {"lr": -1.0}}, "center")])
+@pytest.mark.parametrize(
+    "bad, field",
+    [({"population": 2}, "population"), ({"spread": 1.0}, "spread"), ({"center": {"lr": -1.0}}, "center")],
+)
 def test_generation_search_rejects_bad_settings(bad, field):
     args = {"center": {"lr": 0.1}} | bad
     with pytest.raises(ValueError, match=field):

@@ -23,9 +23,11 @@ def _fit(searcher, samples, tmp_path, name):
     from ray import tune
 
     tuner = tune.Tuner(
-        tune.with_resources(objective, {"cpu": 0.5}), param_space={"width": 3},
+        tune.with_resources(objective, {"cpu": 0.5}),
+        param_space={"width": 3},
         tune_config=tune.TuneConfig(search_alg=searcher, metric="loss", mode="min", num_samples=samples),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name=name, verbose=0))
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name=name, verbose=0),
+    )
     return tuner.fit()
 
 

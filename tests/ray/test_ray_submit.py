@@ -17,10 +17,26 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_ray_job_submit_runs_the_entrypoint_and_writes_the_trajectory(token_head, tmp_path):
     runs = tmp_path / "runs"
-    cmd = ["ray", "job", "submit", "--address", token_head.address, "--working-dir", ".", "--",
-           "python", "-m", "hdet_ray", "run", "examples/specs/digits-tiny.yaml", "--storage-path", str(runs)]
-    done = subprocess.run(cmd, check=False, cwd=REPO, env=token_head.env, capture_output=True, text=True,
-                          timeout=400)
+    cmd = [
+        "ray",
+        "job",
+        "submit",
+        "--address",
+        token_head.address,
+        "--working-dir",
+        ".",
+        "--",
+        "python",
+        "-m",
+        "hdet_ray",
+        "run",
+        "examples/specs/digits-tiny.yaml",
+        "--storage-path",
+        str(runs),
+    ]
+    done = subprocess.run(
+        cmd, check=False, cwd=REPO, env=token_head.env, capture_output=True, text=True, timeout=400
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "succeeded" in done.stdout.lower()
     assert "final: val_loss" in done.stdout  # the entrypoint's summary reached the job's logs
@@ -32,8 +48,14 @@ def test_ray_job_submit_runs_the_entrypoint_and_writes_the_trajectory(token_head
 def test_jobs_api_refuses_a_client_without_the_token(token_head):
     env = {k: v for k, v in token_head.env.items() if k not in ("RAY_AUTH_TOKEN",)}
     env["RAY_AUTH_MODE"] = "disabled"
-    done = subprocess.run(["ray", "job", "list", "--address", token_head.address], check=False, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["ray", "job", "list", "--address", token_head.address],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "401" in done.stdout + done.stderr or "nauthorized" in done.stdout + done.stderr
 
@@ -41,12 +63,28 @@ def test_jobs_api_refuses_a_client_without_the_token(token_head):
 def test_hdet_submit_waits_for_the_job(token_head, tmp_path, capsys):
     from hdet_ray.cli import main
 
-    spec = '{"name": "sub", "task": "digits", "task_options": {"width": 16, "depth": 1}, "replicas": 2, ' \
-           '"steps": 20, "sync_every": 10}'
+    spec = (
+        '{"name": "sub", "task": "digits", "task_options": {"width": 16, "depth": 1}, "replicas": 2, '
+        '"steps": 20, "sync_every": 10}'
+    )
     os.environ["RAY_AUTH_MODE"] = "token"
     try:
-        rc = main(["submit", "--spec-json", spec, "--address", token_head.address, "--token", token_head.token,
-                   "--working-dir", str(REPO), "--storage-path", str(tmp_path), "--wait"])
+        rc = main(
+            [
+                "submit",
+                "--spec-json",
+                spec,
+                "--address",
+                token_head.address,
+                "--token",
+                token_head.token,
+                "--working-dir",
+                str(REPO),
+                "--storage-path",
+                str(tmp_path),
+                "--wait",
+            ]
+        )
     finally:
         os.environ.pop("RAY_AUTH_MODE", None)
     out = capsys.readouterr().out

@@ -13,12 +13,25 @@ from hdet_ray.core.hyperparams import HyperParam
 from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, core_default
 
 
-@pytest.mark.parametrize("model, core, names", [
-    (Explore, HyperParam, ["target", "spread", "size", "scale"]),
-    (ControllerSpec, ControllerConfig,
-     ["warmup_steps", "freeze_after", "converge", "rollback_cut", "max_rollbacks", "opening_step_down"]),
-    (Health, HealthConfig, ["blowup_factor", "chance_tolerance", "chance_margin", "blowup_progress"]),
-])
+@pytest.mark.parametrize(
+    "model, core, names",
+    [
+        (Explore, HyperParam, ["target", "spread", "size", "scale"]),
+        (
+            ControllerSpec,
+            ControllerConfig,
+            [
+                "warmup_steps",
+                "freeze_after",
+                "converge",
+                "rollback_cut",
+                "max_rollbacks",
+                "opening_step_down",
+            ],
+        ),
+        (Health, HealthConfig, ["blowup_factor", "chance_tolerance", "chance_margin", "blowup_progress"]),
+    ],
+)
 def test_spec_defaults_are_the_cores(model, core, names):
     defaults = {f.name: f.default for f in dataclasses.fields(core)}
     for name in names:

@@ -23,8 +23,10 @@ class Page:
             if "id" in data and data["id"] in self.pending:
                 self.pending.pop(data["id"]).set_result(data)
             elif data.get("method") == "Runtime.exceptionThrown":
-                self.errors.append(data["params"]["exceptionDetails"].get("exception", {}).get("description")
-                                   or data["params"]["exceptionDetails"]["text"])
+                self.errors.append(
+                    data["params"]["exceptionDetails"].get("exception", {}).get("description")
+                    or data["params"]["exceptionDetails"]["text"]
+                )
             elif data.get("method") == "Runtime.consoleAPICalled" and data["params"]["type"] == "error":
                 self.errors.append(str(data["params"]["args"]))
             elif data.get("method") == "Log.entryAdded" and data["params"]["entry"]["level"] == "error":
@@ -53,11 +55,25 @@ class Page:
 
 
 def start_chromium(profile):
-    proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                             "--disable-sync", f"--user-data-dir={profile}", "--remote-debugging-port=0",
-                             "--window-size=1280,900", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "--window-size=1280,900",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     port_file = profile / "DevToolsActivePort"
     deadline = time.monotonic() + 60
     while not (port_file.exists() and port_file.read_text().strip()):
@@ -83,8 +99,10 @@ async def signed_in(server, port):
                 await page.send(f"{domain}.enable")
             await page.send("Page.navigate", url=f"{server.url}/login")
             await page.wait_for("document.readyState === 'complete' && !!document.getElementById('token')")
-            await page.eval(f"document.getElementById('token').value = {json.dumps(server.token)};"
-                            "document.querySelector('form').submit(); true")
+            await page.eval(
+                f"document.getElementById('token').value = {json.dumps(server.token)};"
+                "document.querySelector('form').submit(); true"
+            )
             try:
                 yield page
                 assert page.errors == [], page.errors

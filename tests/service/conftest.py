@@ -40,8 +40,9 @@ def start_server(settings: Settings, backend=None, timeout_s: float = 180) -> Se
     port = free_port()
     settings = settings.model_copy(update={"public_url": settings.public_url or f"http://127.0.0.1:{port}"})
     app = create_app(settings, backend=backend)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s
@@ -56,8 +57,13 @@ def start_server(settings: Settings, backend=None, timeout_s: float = 180) -> Se
 def memory_server(tmp_path_factory):
     """The service with the in-memory backend: every HTTP behaviour, no Ray (that is test_e2e's part)."""
     backend = MemoryJobs()
-    settings = Settings(token=TOKEN, data_dir=tmp_path_factory.mktemp("svc"), poll_interval_s=0.2,
-                        sse_keepalive_s=1.0, max_body_bytes=64 * 1024)
+    settings = Settings(
+        token=TOKEN,
+        data_dir=tmp_path_factory.mktemp("svc"),
+        poll_interval_s=0.2,
+        sse_keepalive_s=1.0,
+        max_body_bytes=64 * 1024,
+    )
     server = start_server(settings, backend)
     yield server
     server.stop()

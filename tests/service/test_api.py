@@ -59,16 +59,22 @@ def test_every_v1_route_needs_a_token(memory_server, job):
 
 def test_submit_rejects_code_and_names_the_field(memory_server):
     with memory_server.client() as c:
-        for body, field in [({"task": "os:system"}, ["body", "task"]), ({"steps": 0}, ["body", "steps"]),
-                            ({"storage_path": "/etc"}, ["body", "storage_path"]),
-                            ({"replicas": 5000}, ["body", "replicas"]), ({"bogus": 1}, ["body", "bogus"])]:
+        for body, field in [
+            ({"task": "os:system"}, ["body", "task"]),
+            ({"steps": 0}, ["body", "steps"]),
+            ({"storage_path": "/etc"}, ["body", "storage_path"]),
+            ({"replicas": 5000}, ["body", "replicas"]),
+            ({"bogus": 1}, ["body", "bogus"]),
+        ]:
             r = c.post("/v1/jobs", json=body)
             assert r.status_code == 422, body
             assert r.json()["detail"][0]["loc"] == field
         r = c.post("/v1/jobs", json={"steps": 10, "sync_every": 20})
         assert r.status_code == 422 and "sync_every" in r.json()["detail"][0]["msg"]
-        assert c.post("/v1/jobs", content=b"{not json", headers={"content-type": "application/json"}
-                      ).status_code == 422
+        assert (
+            c.post("/v1/jobs", content=b"{not json", headers={"content-type": "application/json"}).status_code
+            == 422
+        )
 
 
 def test_unknown_job_is_404_and_finished_job_stop_is_409(memory_server, job):
@@ -105,7 +111,9 @@ def test_ingest_is_per_job_and_idempotent_by_window(memory_server, job):
         traj = c.get(f"/v1/jobs/{job['id']}/trajectory").json()
         assert [r["window"] for r in traj["records"]] == [0, 1, 2]
         assert traj["records"][2]["losses"][0] == 9.0
-        assert [r["window"] for r in c.get(f"/v1/jobs/{job['id']}/trajectory?after=1").json()["records"]] == [2]
+        assert [r["window"] for r in c.get(f"/v1/jobs/{job['id']}/trajectory?after=1").json()["records"]] == [
+            2
+        ]
         assert c.get(f"/v1/jobs/{job['id']}").json()["progress"]["windows"] == 3
 
 

@@ -22,8 +22,9 @@ aiohttp = pytest.importorskip("aiohttp")
 def test_dashboard_plots_live_windows(memory_server, tmp_path):
     with memory_server.client() as c:
         job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
-    push = httpx.Client(base_url=memory_server.url,
-                        headers={"Authorization": f"Bearer {ingest_token(memory_server, job_id)}"})
+    push = httpx.Client(
+        base_url=memory_server.url, headers={"Authorization": f"Bearer {ingest_token(memory_server, job_id)}"}
+    )
     push.post(f"/v1/jobs/{job_id}/ingest", json={"records": records([0])}).raise_for_status()
     proc, port = start_chromium(tmp_path / "profile")
     try:
@@ -39,8 +40,9 @@ async def drive(server, job_id, push, port, shot):
     async with signed_in(server, port) as page:
         await page.wait_for("location.pathname === '/' && !!document.querySelector('#jobs tbody tr a')")
         await page.send("Page.navigate", url=f"{server.url}/jobs/{job_id}")
-        await page.wait_for("document.getElementById('plots') && "
-                            "document.getElementById('plots').dataset.windows === '1'")
+        await page.wait_for(
+            "document.getElementById('plots') && document.getElementById('plots').dataset.windows === '1'"
+        )
         push.post(f"/v1/jobs/{job_id}/ingest", json={"records": records([1, 2])}).raise_for_status()
         await page.wait_for("+document.getElementById('plots').dataset.windows >= 2")
         await page.wait_for("document.getElementById('status').textContent === 'RUNNING'")

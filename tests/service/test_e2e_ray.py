@@ -21,8 +21,13 @@ JOB = {"name": "e2e", "task": "digits", "replicas": 2, "steps": 120, "sync_every
 
 @pytest.fixture(scope="module")
 def ray_server(tmp_path_factory):
-    settings = Settings(token=TOKEN, data_dir=tmp_path_factory.mktemp("e2e"), poll_interval_s=0.5,
-                        entrypoint=ENTRYPOINT, ray_num_cpus=2)
+    settings = Settings(
+        token=TOKEN,
+        data_dir=tmp_path_factory.mktemp("e2e"),
+        poll_interval_s=0.5,
+        entrypoint=ENTRYPOINT,
+        ray_num_cpus=2,
+    )
     server = start_server(settings)
     yield server
     server.stop()
@@ -49,7 +54,8 @@ def run_job_and_check(server):
             events = read_events(r, until_window=None)
         windows = [e[2]["window"] for e in events if e[1] == "window"]
         assert events[-1][1] == "end" and events[-1][2]["status"] == "SUCCEEDED", c.get(
-            f"/v1/jobs/{job_id}/logs", params={"tail": 40}).text
+            f"/v1/jobs/{job_id}/logs", params={"tail": 40}
+        ).text
         assert set(windows) == set(range(total))
         job = c.get(f"/v1/jobs/{job_id}").json()
         assert job["status"] == "SUCCEEDED" and job["progress"]["windows"] == total

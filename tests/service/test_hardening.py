@@ -27,19 +27,22 @@ def post_raw(c: httpx.Client, url: str, text: str) -> httpx.Response:
     return c.post(url, content=text.encode(), headers={"content-type": "application/json"})
 
 
-@pytest.mark.parametrize("text, field", [
-    ('{"steps": 1e400}', "steps"),
-    ('{"schedule": {"max_lr": NaN}}', "max_lr"),
-    ('{"schedule": {"max_lr": Infinity}}', "max_lr"),
-    ('{"replicas": true}', "replicas"),
-    ('{"replicas": 2.0}', "replicas"),
-    ('{"task_options": {"width": NaN}}', "task_options"),
-    ('{"task_options": {"width": -3}}', "task_options"),
-    ('{"name": "../../../escape"}', "name"),
-    ('{"name": "a/b"}', "name"),
-    ('{"name": ".."}', "name"),
-    ('{"name": "' + "x" * 129 + '"}', "name"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ('{"steps": 1e400}', "steps"),
+        ('{"schedule": {"max_lr": NaN}}', "max_lr"),
+        ('{"schedule": {"max_lr": Infinity}}', "max_lr"),
+        ('{"replicas": true}', "replicas"),
+        ('{"replicas": 2.0}', "replicas"),
+        ('{"task_options": {"width": NaN}}', "task_options"),
+        ('{"task_options": {"width": -3}}', "task_options"),
+        ('{"name": "../../../escape"}', "name"),
+        ('{"name": "a/b"}', "name"),
+        ('{"name": ".."}', "name"),
+        ('{"name": "' + "x" * 129 + '"}', "name"),
+    ],
+)
 def test_bad_spec_is_422_naming_the_field(memory_server, text, field):
     with memory_server.client() as c:
         r = post_raw(c, "/v1/jobs", text)
@@ -81,8 +84,13 @@ def test_study_name_is_a_label(memory_server):
         for name in ("..", "a/b", "../x"):
             r = c.post("/v1/studies", json={**STUDY, "name": name})
             assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "name"], r.text
-        bad = {**STUDY, "candidates": [*STUDY["candidates"][:2],
-                                       {"name": "slow", "overrides": {"task_options": {"bogus": 1}}}]}
+        bad = {
+            **STUDY,
+            "candidates": [
+                *STUDY["candidates"][:2],
+                {"name": "slow", "overrides": {"task_options": {"bogus": 1}}},
+            ],
+        }
         r = c.post("/v1/studies", json=bad)
         assert r.status_code == 422 and "bogus" in r.json()["detail"][0]["msg"], r.text
 
@@ -118,7 +126,9 @@ def test_pending_with_reason_until_the_first_window(memory_server):
         c.post(f"/v1/jobs/{job_id}/ingest", json={"records": records([0])})
     with memory_server.client() as c:
         deadline = time.monotonic() + 10
-        while (job := c.get(f"/v1/jobs/{job_id}").json())["status"] != "RUNNING" and time.monotonic() < deadline:
+        while (job := c.get(f"/v1/jobs/{job_id}").json())[
+            "status"
+        ] != "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.2)
         assert job["status"] == "RUNNING" and job["message"] == ""
 
@@ -127,7 +137,9 @@ def test_ingest_token_is_secret(memory_server):
     with memory_server.client() as c:
         job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
         token = ingest_token(memory_server, job_id)
-        seen = c.get(f"/v1/jobs/{job_id}").text + c.get("/v1/jobs").text + c.get(f"/v1/jobs/{job_id}/logs").text
+        seen = (
+            c.get(f"/v1/jobs/{job_id}").text + c.get("/v1/jobs").text + c.get(f"/v1/jobs/{job_id}/logs").text
+        )
     assert token not in seen and token not in memory_server.backend.entrypoints[job_id]
     data_dir = memory_server.app.state.hdet.settings.data_dir
     holders = []
@@ -148,7 +160,9 @@ def test_ingest_token_through_the_environment(tmp_path):
         with server.client() as c:
             job_id = c.post("/v1/jobs", json=SPEC).json()["id"]
         token = (tmp_path / "runs" / job_id / "ingest-token").read_text()
-        assert backend.envs[job_id] == {"HDET_INGEST_TOKEN": token} and token not in backend.entrypoints[job_id]
+        assert (
+            backend.envs[job_id] == {"HDET_INGEST_TOKEN": token} and token not in backend.entrypoints[job_id]
+        )
         assert '"token_env": "HDET_INGEST_TOKEN"' in backend.entrypoints[job_id]
     finally:
         server.stop()
@@ -174,7 +188,9 @@ def test_spec_that_never_fits_is_422_and_a_dead_head_is_503(small_cluster):
         health = c.get("/healthz")
         assert health.status_code == 503 and health.json()["status"] == "unavailable"
         deadline = time.monotonic() + 10
-        while (job := c.get(f"/v1/jobs/{job_id}").json())["status"] != "FAILED" and time.monotonic() < deadline:
+        while (job := c.get(f"/v1/jobs/{job_id}").json())[
+            "status"
+        ] != "FAILED" and time.monotonic() < deadline:
             time.sleep(0.2)
         assert job["status"] == "FAILED" and job["message"].startswith("lost:"), job
         assert c.post("/v1/jobs", json={**SPEC, "replicas": 2}).status_code == 503
@@ -183,9 +199,12 @@ def test_spec_that_never_fits_is_422_and_a_dead_head_is_503(small_cluster):
 def test_failure_reason_is_the_cause_not_the_command():
     error = pickle.loads(pickle.dumps(HDETDivergedError(3, 30, "every replica unhealthy")))
     assert (error.window, error.step, error.note) == (3, 30, "every replica unhealthy")
-    ray_message = ("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 "
-                   "chars):\nRunning entrypoint for job hdet-1: python -m hdet_ray run --spec-json '{}'\n"
-                   + "noise\n" * 500 + f"hdet run: the run failed: HDETDivergedError: {error}\n")
+    ray_message = (
+        "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 "
+        "chars):\nRunning entrypoint for job hdet-1: python -m hdet_ray run --spec-json '{}'\n"
+        + "noise\n" * 500
+        + f"hdet run: the run failed: HDETDivergedError: {error}\n"
+    )
     assert failure_reason(ray_message) == (f"the run failed: HDETDivergedError: {error} (exit code 1)")
     assert failure_reason("x" * 3000 + "end", ["end"]).endswith("[secret]")
 
@@ -214,8 +233,11 @@ def test_job_the_cluster_forgot_is_lost_unless_its_run_finished(memory_server):
     (service.runs_dir / done / "t").mkdir(parents=True)
     (service.runs_dir / done / "t" / "summary.json").write_text("{}")
     with service.store.write_lock, service.store.engine.begin() as conn:  # submitted long ago, then forgotten
-        conn.execute(update(jobs_table).where(jobs_table.c.id.in_([done, lost]))
-                     .values(created_at="2020-01-01T00:00:00.000+00:00"))
+        conn.execute(
+            update(jobs_table)
+            .where(jobs_table.c.id.in_([done, lost]))
+            .values(created_at="2020-01-01T00:00:00.000+00:00")
+        )
     for job_id in (done, lost):
         del memory_server.backend._jobs[job_id]
     with memory_server.client() as c:

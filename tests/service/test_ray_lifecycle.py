@@ -22,14 +22,29 @@ from service import Settings
 from tests.service.conftest import TOKEN, start_server
 from tests.service.test_e2e_ray import REAL_ENTRY, entrypoint, wait_for
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow,
-              pytest.mark.skipif(not REAL_ENTRY, reason="needs the Ray layer's entrypoint (hdet_ray.ray.entry)")]
-TINY = {"task": "digits", "task_options": {"width": 32, "depth": 1}, "replicas": 1, "steps": 20, "sync_every": 10}
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.skipif(not REAL_ENTRY, reason="needs the Ray layer's entrypoint (hdet_ray.ray.entry)"),
+]
+TINY = {
+    "task": "digits",
+    "task_options": {"width": 32, "depth": 1},
+    "replicas": 1,
+    "steps": 20,
+    "sync_every": 10,
+}
 
 
 def _server(data_dir: Path):
-    settings = Settings(token=TOKEN, data_dir=data_dir, poll_interval_s=0.5, entrypoint=entrypoint(),
-                        ray_num_cpus=2, head_on_exit="stop")
+    settings = Settings(
+        token=TOKEN,
+        data_dir=data_dir,
+        poll_interval_s=0.5,
+        entrypoint=entrypoint(),
+        ray_num_cpus=2,
+        head_on_exit="stop",
+    )
     return start_server(settings)
 
 
@@ -49,15 +64,20 @@ def session_processes(session: int, name: str) -> list[int]:
             text = stat_file.read_text()
         except OSError:
             continue
-        comm, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
-        if comm.startswith(name[:15]) and int(rest[3]) == session:  # fields after comm: state ppid pgrp session
+        comm, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        if (
+            comm.startswith(name[:15]) and int(rest[3]) == session
+        ):  # fields after comm: state ppid pgrp session
             found.append(int(stat_file.parent.name))
     return found
 
 
 def wait_end(c, job_id: str, timeout_s: float = 300) -> dict:
-    return wait_for(lambda: (j := c.get(f"/v1/jobs/{job_id}").json())["finished_at"] and j, timeout_s,
-                    f"job {job_id} to end")
+    return wait_for(
+        lambda: (j := c.get(f"/v1/jobs/{job_id}").json())["finished_at"] and j,
+        timeout_s,
+        f"job {job_id} to end",
+    )
 
 
 def test_default_spec_that_cannot_fit_is_422(server):
@@ -77,8 +97,16 @@ def test_same_name_jobs_both_succeed_and_divergence_is_reported(server):
         logs = {j: c.get(f"/v1/jobs/{j}/logs").text for j in twins}
         assert [e["status"] for e in ends] == ["SUCCEEDED", "SUCCEEDED"], (ends, logs)
         assert [e["progress"]["windows"] for e in ends] == [2, 2]
-        boom = c.post("/v1/jobs", json={**TINY, "name": "boom", "steps": 40, "schedule": {"max_lr": 1e4},
-                                        "controller": {"max_rollbacks": 0}}).json()["id"]
+        boom = c.post(
+            "/v1/jobs",
+            json={
+                **TINY,
+                "name": "boom",
+                "steps": 40,
+                "schedule": {"max_lr": 1e4},
+                "controller": {"max_rollbacks": 0},
+            },
+        ).json()["id"]
         end = wait_end(c, boom)
         assert end["status"] == "FAILED" and "diverged" in end["message"], end
         assert "--spec-json" not in end["message"] and len(end["message"]) < 500
@@ -110,14 +138,19 @@ def test_dead_head_is_503_and_its_job_is_lost(tmp_path):
     try:
         with server.client() as c:
             job_id = c.post("/v1/jobs", json={**TINY, "name": "long", "steps": 4000}).json()["id"]
-            wait_for(lambda: c.get(f"/v1/jobs/{job_id}").json()["status"] == "RUNNING", 300, "the first window")
+            wait_for(
+                lambda: c.get(f"/v1/jobs/{job_id}").json()["status"] == "RUNNING", 300, "the first window"
+            )
             gcs = session_processes(server.app.state.ray_head.info.pid, "gcs_server")
             assert len(gcs) == 1, gcs
             os.kill(gcs[0], signal.SIGKILL)
             t0 = time.monotonic()
             wait_for(lambda: c.get("/healthz").status_code == 503, 60, "/healthz to say 503")
-            job = wait_for(lambda: (j := c.get(f"/v1/jobs/{job_id}").json())["status"] != "RUNNING" and j, 60,
-                           "the job to leave RUNNING")
+            job = wait_for(
+                lambda: (j := c.get(f"/v1/jobs/{job_id}").json())["status"] != "RUNNING" and j,
+                60,
+                "the job to leave RUNNING",
+            )
             assert time.monotonic() - t0 < 60
             assert job["status"] == "FAILED" and job["message"].startswith("lost:"), job
             assert c.post("/v1/jobs", json={**TINY, "name": "late"}).status_code == 503

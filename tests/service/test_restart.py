@@ -26,13 +26,23 @@ JOB = {"name": "restart", "task": "digits", "replicas": 2, "steps": 300, "sync_e
 
 
 def serve(data_dir, port, log):
-    env = {**os.environ, "HDET_TOKEN": TOKEN, "HDET_DATA_DIR": str(data_dir), "HDET_POLL_INTERVAL_S": "0.5",
-           "HDET_RAY_NUM_CPUS": "2",
-           "HDET_ENTRYPOINT": ENTRYPOINT}
-    proc = subprocess.Popen([sys.executable, "-m", "hdet_ray", "serve", "--port", str(port), "--log-level",
-                             "warning"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"},
-                          timeout=30)
+    env = {
+        **os.environ,
+        "HDET_TOKEN": TOKEN,
+        "HDET_DATA_DIR": str(data_dir),
+        "HDET_POLL_INTERVAL_S": "0.5",
+        "HDET_RAY_NUM_CPUS": "2",
+        "HDET_ENTRYPOINT": ENTRYPOINT,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hdet_ray", "serve", "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    client = httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    )
 
     def up():
         assert proc.poll() is None, "the service exited"
@@ -53,8 +63,11 @@ def test_restart_mid_job_loses_nothing(tmp_path):
         job_id = client.post("/v1/jobs", json=JOB).json()["id"]
         head = json.loads((data_dir / "ray-head.json").read_text())
         for signum, windows in ((signal.SIGTERM, 2), (signal.SIGKILL, 4)):
-            wait_for(lambda n=windows, c=client: c.get(f"/v1/jobs/{job_id}").json()["progress"]["windows"] >= n, 300,
-                     f"{windows} windows before the {signum.name}")
+            wait_for(
+                lambda n=windows, c=client: c.get(f"/v1/jobs/{job_id}").json()["progress"]["windows"] >= n,
+                300,
+                f"{windows} windows before the {signum.name}",
+            )
             proc.send_signal(signum)
             proc.wait(timeout=60)
             assert os.path.exists(f"/proc/{head['pid']}"), f"{signum.name} ended the head"

@@ -37,6 +37,14 @@ def test_api_conforms_to_its_schema(case, memory_server):
     # half the cases hit a real job; crc32, unlike hash(), splits them the same way in every run
     if "job_id" in (case.path_parameters or {}) and zlib.crc32(repr(case.query).encode()) % 2:
         case.path_parameters["job_id"] = memory_server.fuzz_job
-    case.call_and_validate(base_url=memory_server.url, headers={"Authorization": f"Bearer {memory_server.token}"},
-                           timeout=30, checks=[not_a_server_error, status_code_conformance,
-                                               content_type_conformance, response_schema_conformance])
+    case.call_and_validate(
+        base_url=memory_server.url,
+        headers={"Authorization": f"Bearer {memory_server.token}"},
+        timeout=30,
+        checks=[
+            not_a_server_error,
+            status_code_conformance,
+            content_type_conformance,
+            response_schema_conformance,
+        ],
+    )

@@ -22,12 +22,16 @@ STUDY = {
     "name": "tiny",
     "metric": "val_loss",
     "base": {"task": "digits", "replicas": 1, "sync_every": 10, "auto_lr": False, "optimizer": "adamw"},
-    "candidates": [{"name": "ref", "overrides": {"schedule": {"max_lr": 0.01}}},
-                   {"name": "fast", "overrides": {"schedule": {"max_lr": 0.03}}},
-                   {"name": "slow", "overrides": {"schedule": {"max_lr": 0.001}}}],
+    "candidates": [
+        {"name": "ref", "overrides": {"schedule": {"max_lr": 0.01}}},
+        {"name": "fast", "overrides": {"schedule": {"max_lr": 0.03}}},
+        {"name": "slow", "overrides": {"schedule": {"max_lr": 0.001}}},
+    ],
     "retained": {"reference": "ref"},
-    "stages": [{"name": "screen", "steps": 20, "seeds": [0], "advance": 1},
-               {"name": "final", "steps": 40, "seeds": [1], "start": "continue"}],
+    "stages": [
+        {"name": "screen", "steps": 20, "seeds": [0], "advance": 1},
+        {"name": "final", "steps": 40, "seeds": [1], "start": "continue"},
+    ],
 }
 
 
@@ -60,17 +64,27 @@ def test_submit_runs_hdet_promote_on_the_backend(memory_server, study):
         assert study["id"] in [s["id"] for s in c.get("/v1/studies").json()["items"]]
 
 
-@pytest.mark.parametrize("change, loc, words", [
-    ({"stages": []}, ["body", "stages"], "at least 1"),
-    ({"retained": {"reference": "nobody"}}, ["body"], "'nobody' is not a candidate"),
-    ({"base": {"task": "os:system"}}, ["body", "base", "task"], "not a registered task"),
-    ({"base": {"storage_path": "/etc"}}, ["body", "base", "storage_path"], "set by the service"),
-    ({"base": {**STUDY["base"], "replicas": 2}}, ["body"], "replicas=2"),
-    ({"base": {**STUDY["base"], "sync_every": "often"}}, ["body"], "sync_every"),
-    ({"stages": [{"name": "s", "steps": 10, "seeds": list(range(64)), "hosts": [str(i) for i in range(64)]}]},
-     ["body", "stages"], "at most 2000"),
-    ({"bogus": 1}, ["body", "bogus"], "Extra inputs"),
-])
+@pytest.mark.parametrize(
+    "change, loc, words",
+    [
+        ({"stages": []}, ["body", "stages"], "at least 1"),
+        ({"retained": {"reference": "nobody"}}, ["body"], "'nobody' is not a candidate"),
+        ({"base": {"task": "os:system"}}, ["body", "base", "task"], "not a registered task"),
+        ({"base": {"storage_path": "/etc"}}, ["body", "base", "storage_path"], "set by the service"),
+        ({"base": {**STUDY["base"], "replicas": 2}}, ["body"], "replicas=2"),
+        ({"base": {**STUDY["base"], "sync_every": "often"}}, ["body"], "sync_every"),
+        (
+            {
+                "stages": [
+                    {"name": "s", "steps": 10, "seeds": list(range(64)), "hosts": [str(i) for i in range(64)]}
+                ]
+            },
+            ["body", "stages"],
+            "at most 2000",
+        ),
+        ({"bogus": 1}, ["body", "bogus"], "Extra inputs"),
+    ],
+)
 def test_bad_study_is_422_naming_the_field(memory_server, change, loc, words):
     with memory_server.client() as c:
         r = c.post("/v1/studies", json={**STUDY, **change})
@@ -83,16 +97,24 @@ def test_run_job_executor_refuses_continued_stages(memory_server):
     with memory_server.client() as c:
         r = c.post("/v1/studies", params={"executor": "run_job"}, json=STUDY)
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "stages", 1, "start"]
-        restart = {**STUDY, "stages": [STUDY["stages"][0], {**STUDY["stages"][1], "start": "restart"}],
-                   "base": {**STUDY["base"], "replicas": 2}}
+        restart = {
+            **STUDY,
+            "stages": [STUDY["stages"][0], {**STUDY["stages"][1], "start": "restart"}],
+            "base": {**STUDY["base"], "replicas": 2},
+        }
         ok = c.post("/v1/studies", params={"executor": "run_job"}, json=restart)
         assert ok.status_code == 201, ok.text
     assert "--executor run_job" in memory_server.backend.entrypoints[ok.json()["id"]]
 
 
 def test_study_routes_need_the_token(memory_server, study):
-    for method, path in [("POST", "/v1/studies"), ("GET", "/v1/studies"), ("GET", study["links"]["self"]),
-                         ("GET", study["links"]["record_md"]), ("GET", study["links"]["record_png"])]:
+    for method, path in [
+        ("POST", "/v1/studies"),
+        ("GET", "/v1/studies"),
+        ("GET", study["links"]["self"]),
+        ("GET", study["links"]["record_md"]),
+        ("GET", study["links"]["record_png"]),
+    ]:
         with memory_server.client(token=None) as c:
             assert c.request(method, path).status_code == 401, path
         with memory_server.client(token="not-the-token-at-all") as c:
@@ -123,11 +145,17 @@ def test_record_is_served_once_written(memory_server):
         assert 'id="studies"' in c.get("/").text
         page = c.get(created["links"]["dashboard"])
         assert page.status_code == 200 and created["id"] in page.text and "studies.js" in page.text
-        assert c.get(created["links"]["record_png"]).status_code == 200  # the page's <img> reads with the cookie
+        assert (
+            c.get(created["links"]["record_png"]).status_code == 200
+        )  # the page's <img> reads with the cookie
 
 
 def test_non_finite_metrics_are_stored_as_no_result():
-    assert finite({"val_loss": math.nan, "acc": 1, "x": math.inf}) == {"val_loss": None, "acc": 1.0, "x": None}
+    assert finite({"val_loss": math.nan, "acc": 1, "x": math.inf}) == {
+        "val_loss": None,
+        "acc": 1.0,
+        "x": None,
+    }
 
 
 @pytest.mark.ray
@@ -151,7 +179,8 @@ def test_real_study_through_embedded_ray(tmp_path):
             assert final["winner"] in screen["advanced"]
             assert sorted(record["cells"]) == sorted(
                 [f"screen/{c['name']}/s0" for c in STUDY["candidates"]]
-                + [f"final/{name}/s1" for name in screen["advanced"]]), sorted(record["cells"])
+                + [f"final/{name}/s1" for name in screen["advanced"]]
+            ), sorted(record["cells"])
             assert all(cell["status"] == "finished" for cell in record["cells"].values())
             md = c.get(f"{url}/record.md")
             assert md.status_code == 200 and final["winner"] in md.text
@@ -185,8 +214,9 @@ async def _drive(server, study, port, shot):
         await page.eval(f"document.querySelector({json.dumps(link)}).click(); true")
         winner = study["record"]["decisions"]["final"]["winner"]
         await page.wait_for(f"document.getElementById('record').textContent.includes({json.dumps(winner)})")
-        await page.wait_for("document.getElementById('plot').complete && "
-                            "document.getElementById('plot').naturalWidth > 100")
+        await page.wait_for(
+            "document.getElementById('plot').complete && document.getElementById('plot').naturalWidth > 100"
+        )
         assert await page.eval("document.getElementById('status').textContent") == "SUCCEEDED"
         await screenshot(page, shot)
 

@@ -54,8 +54,9 @@ async def login(request: Request, state: StateDep) -> Response:
     if not token or not secrets.compare_digest(token.encode(), state.token.encode()):
         return HTMLResponse(_page("login.html", error="That token is not right."), status_code=403)
     response = RedirectResponse("/", status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
-                        secure=request.url.scheme == "https")
+    response.set_cookie(
+        COOKIE, token, httponly=True, samesite="strict", path="/", secure=request.url.scheme == "https"
+    )
     return response
 
 

@@ -18,8 +18,14 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Authorized])
 
 def links(job_id: str) -> Links:
     base = f"/v1/jobs/{job_id}"
-    return Links(self=base, trajectory=f"{base}/trajectory", stream=f"{base}/stream", logs=f"{base}/logs",
-                 stop=f"{base}/stop", dashboard=f"/jobs/{job_id}")
+    return Links(
+        self=base,
+        trajectory=f"{base}/trajectory",
+        stream=f"{base}/stream",
+        logs=f"{base}/logs",
+        stop=f"{base}/stop",
+        dashboard=f"/jobs/{job_id}",
+    )
 
 
 def public(state, job: Job) -> JobPublic:
@@ -29,11 +35,24 @@ def public(state, job: Job) -> JobPublic:
     if job.status == "SUCCEEDED":
         fraction = 1.0
     return JobPublic(
-        id=job.id, name=job.name, status=job.status, message=job.message, spec=job.spec,
-        progress=Progress(windows=windows, total_windows=job.total_windows, step=step, total_steps=total_steps,
-                          fraction=fraction),
-        latest_metrics=metrics, created_at=job.created_at, updated_at=job.updated_at,
-        finished_at=job.finished_at, links=links(job.id))
+        id=job.id,
+        name=job.name,
+        status=job.status,
+        message=job.message,
+        spec=job.spec,
+        progress=Progress(
+            windows=windows,
+            total_windows=job.total_windows,
+            step=step,
+            total_steps=total_steps,
+            fraction=fraction,
+        ),
+        latest_metrics=metrics,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        finished_at=job.finished_at,
+        links=links(job.id),
+    )
 
 
 @router.post("", status_code=201, response_model=JobCreated, responses=errors(400, 413, 503))
@@ -53,9 +72,12 @@ def create_job(body: JobCreate, request: Request, state: StateDep) -> JobCreated
 
 
 @router.get("", response_model=JobsPage, responses=errors())
-def list_jobs(state: StateDep, status: Status | None = None,
-              offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-              limit: Annotated[int, Query(ge=1, le=200)] = 50) -> JobsPage:
+def list_jobs(
+    state: StateDep,
+    status: Status | None = None,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> JobsPage:
     """Jobs, newest first, optionally only those with one status."""
     items, total = state.jobs.store.list_jobs(status, offset, limit)
     return JobsPage(items=[public(state, j) for j in items], total=total, offset=offset, limit=limit)
@@ -76,21 +98,23 @@ def stop_job(job: JobDep, state: StateDep) -> JobPublic:
         state.jobs.stop(job)
     except UnknownJob:
         raise HTTPException(409, f"Ray has no record of job {job.id}; it cannot be stopped") from None
-    except Exception as e:  # noqa: BLE001  (any failure of the cluster is the upstream's, a 502)
+    except Exception as e:
         raise HTTPException(502, f"Ray did not accept the stop: {e}") from None
     return public(state, state.jobs.store.get_job(job.id))
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse, responses=errors(404, 502))
-def read_logs(job: JobDep, state: StateDep,
-              tail: Annotated[int | None, Query(ge=1, le=100_000, description="Only the last N lines.")] = None
-              ) -> PlainTextResponse:
+def read_logs(
+    job: JobDep,
+    state: StateDep,
+    tail: Annotated[int | None, Query(ge=1, le=100_000, description="Only the last N lines.")] = None,
+) -> PlainTextResponse:
     """The job driver's log, as Ray keeps it."""
     try:
         text = state.jobs.backend.logs(job.id)
     except UnknownJob:
         text = ""
-    except Exception as e:  # noqa: BLE001  (any failure of the cluster is the upstream's, a 502)
+    except Exception as e:
         raise HTTPException(502, f"Ray did not return the logs: {e}") from None
     if tail is not None:
         text = "".join(text.splitlines(keepends=True)[-tail:])

@@ -12,14 +12,20 @@ from service.models import Health
 router = APIRouter(tags=["system"])
 
 
-@router.get("/healthz", response_model=Health, responses={503: {"model": Health, "description": "Ray is down"}})
+@router.get(
+    "/healthz", response_model=Health, responses={503: {"model": Health, "description": "Ray is down"}}
+)
 async def read_health(state: StateDep):
     """200 when the database and the Ray head answer; 503 (with `ray: down`) when the head is gone."""
     await anyio.to_thread.run_sync(state.jobs.store.window_count)  # the database answers
     ray_ok = await anyio.to_thread.run_sync(state.jobs.backend.alive)
     ray = ("ok" if ray_ok else "down") if state.backend_name != "memory" else "n/a"
-    health = Health(status="ok" if ray_ok else "unavailable", backend=state.backend_name,
-                    database=state.jobs.store.engine.dialect.name, ray=ray)
+    health = Health(
+        status="ok" if ray_ok else "unavailable",
+        backend=state.backend_name,
+        database=state.jobs.store.engine.dialect.name,
+        ray=ray,
+    )
     return health if ray_ok else JSONResponse(health.model_dump(), status_code=503)
 
 

@@ -18,11 +18,15 @@ router = APIRouter(prefix="/v1/jobs", tags=["trajectory"])
 _BATCH = 500
 
 
-@router.get("/{job_id}/trajectory", response_model=Trajectory, responses=errors(404),
-            dependencies=[Authorized])
-def read_trajectory(job: JobDep, state: StateDep,
-                    after: Annotated[int, Query(ge=-1, le=10_000_000, description="Only windows > after.")] = -1,
-                    limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000) -> Trajectory:
+@router.get(
+    "/{job_id}/trajectory", response_model=Trajectory, responses=errors(404), dependencies=[Authorized]
+)
+def read_trajectory(
+    job: JobDep,
+    state: StateDep,
+    after: Annotated[int, Query(ge=-1, le=10_000_000, description="Only windows > after.")] = -1,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
+) -> Trajectory:
     """Window records with index > `after`, by window index, each window once."""
     records = state.jobs.store.windows_after(job.id, after, limit)
     return Trajectory(job_id=job.id, records=records, next_after=records[-1]["window"] if records else after)
@@ -35,21 +39,32 @@ record per window. To resume, send the last id you saw as `Last-Event-ID` (Event
 or as `last_event_id`."""
 
 
-@router.get("/{job_id}/stream", description=STREAM_DOC, responses={
-    **errors(404), 200: {"content": {"text/event-stream": {"schema": {}}},
-                         "description": "An event stream."}}, response_class=StreamingResponse,
-            dependencies=[Authorized])
+@router.get(
+    "/{job_id}/stream",
+    description=STREAM_DOC,
+    responses={
+        **errors(404),
+        200: {"content": {"text/event-stream": {"schema": {}}}, "description": "An event stream."},
+    },
+    response_class=StreamingResponse,
+    dependencies=[Authorized],
+)
 async def stream_trajectory(
-        job: JobDep, state: StateDep,
-        last_event_id_header: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=2**62)] = None,
-        last_event_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-        max_seconds: Annotated[float | None, Query(gt=0, le=86_400,
-                                                   description="Close the stream after this long.")] = None,
+    job: JobDep,
+    state: StateDep,
+    last_event_id_header: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=2**62)] = None,
+    last_event_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    max_seconds: Annotated[
+        float | None, Query(gt=0, le=86_400, description="Close the stream after this long.")
+    ] = None,
 ) -> StreamingResponse:
     start = last_event_id_header if last_event_id_header is not None else (last_event_id or 0)
     events = _events(state, job.id, start, max_seconds)
-    return StreamingResponse(events, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 async def _events(state, job_id: str, seq: int, max_seconds: float | None):
@@ -90,7 +105,15 @@ def ingest_records(body: IngestBatch, job: IngestJob, state: StateDep) -> Ingest
     records = [r.to_record() for r in body.records]
     for i, r in enumerate(records):
         if r["window"] >= job.total_windows:
-            raise HTTPException(422, [{"loc": ["body", "records", i, "window"], "type": "value_error",
-                                       "msg": f"window {r['window']} is out of range: this job has "
-                                              f"{job.total_windows} windows (0 to {job.total_windows - 1})"}])
+            raise HTTPException(
+                422,
+                [
+                    {
+                        "loc": ["body", "records", i, "window"],
+                        "type": "value_error",
+                        "msg": f"window {r['window']} is out of range: this job has "
+                        f"{job.total_windows} windows (0 to {job.total_windows - 1})",
+                    }
+                ],
+            )
     return IngestResult(received=len(records), changed=state.jobs.ingest(job, records))
