@@ -31,7 +31,7 @@ NAMES = ("lr", "weight_decay")
 REPLICAS = 4
 LR_COORDS = tuple(coordinates(log_spread(REPLICAS, 2.0), "log"))
 WD_COORDS = tuple(coordinates(linear_spread(REPLICAS, 0.5), "linear"))
-BOUNDS = {"lr": (-0.7, 0.3), "weight_decay": (-0.01, 0.02)}
+BOUNDS = {"lr": (-2.0, 0.3), "weight_decay": (-0.01, 0.02)}
 
 
 def param(scale: str, base: float, offset: float, coords, bounds) -> ParamWindow:
@@ -110,12 +110,13 @@ def test_rolls_back_and_cuts_the_rate_when_no_replica_is_healthy(name):
     losses = (math.nan, math.inf, 9.0, 9.0)
     state, first = controller.decide(state, window(state, losses, healthy=[False] * REPLICAS))
     assert first.rollback and first.acted and not first.diverged and first.weights == ()
-    assert first.offsets["lr"] == pytest.approx(math.log(0.5))  # centre * 0.5, on the log axis
+    # to 0.5 x the lowest replica's value (centre / 2 for a log spread of 2): the centre x 1/4, on the log axis
+    assert first.offsets["lr"] == pytest.approx(math.log(0.25))
     assert first.offsets["weight_decay"] == 0.0  # only rollback_param is cut
     assert state.velocity == {n: 0.0 for n in NAMES} and state.rollbacks == 1
     state, second = controller.decide(state, window(state, losses, healthy=[False] * REPLICAS))
     assert second.rollback and second.diverged  # 2 consecutive > max_rollbacks 1
-    assert second.offsets["lr"] == pytest.approx(BOUNDS["lr"][0])  # log(0.25) is below the bound: clamped
+    assert second.offsets["lr"] == pytest.approx(BOUNDS["lr"][0])  # log(1/16) is below the bound: clamped
     assert state.consecutive_rollbacks == 2
     state, healthy = controller.decide(state, window(state, HIGHER_IS_BETTER))
     assert not healthy.rollback and state.consecutive_rollbacks == 0 and state.rollbacks == 2
