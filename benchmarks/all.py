@@ -1,6 +1,7 @@
 """Run every CPU benchmark, then assemble the page.
 
-    python -m benchmarks.all --quick    # under 15 minutes on 2 shared cores; results in benchmarks/results/quick/
+    python -m benchmarks.all --quick    # under 15 minutes on 2 shared cores;
+                                        # results in benchmarks/results/quick/
     python -m benchmarks.all            # the full set (about an hour and a half), then docs/benchmarks.md
 
 The GPU check is not part of it (`python -m benchmarks.gpu_check` on a machine with a CUDA GPU).

@@ -73,10 +73,10 @@ def main() -> int:
         rows.append([f"step_size {step}", *cells])
     text = (
         f"Command: `{common.command_line()}`. Machine: {common.machine_line(common.machine())}. "
-        f"{name}, N = 4, {w['run']['steps']} steps, sync every {w['run']['sync_every']}, shared_grad, slope controller (momentum 0.9, clip 0.5, "
-        f"trust region 3), seeds {list(w['seeds'])}; final validation metric (mean ± sd; the oracle grid's best "
-        f"is {w['best']}) and the largest final rate multiplier over seeds.\n\n"
-        + common.table(["controller", *STARTS], rows)
+        f"{name}, N = 4, {w['run']['steps']} steps, sync every {w['run']['sync_every']}, shared_grad, "
+        f"slope controller (momentum 0.9, clip 0.5, trust region 3), seeds {list(w['seeds'])}; "
+        f"final validation metric (mean ± sd; the oracle grid's best is {w['best']}) and the largest final "
+        "rate multiplier over seeds.\n\n" + common.table(["controller", *STARTS], rows)
     )
     (out / f"controller_step_{name}.md").write_text(text + "\n")
     print(text)

@@ -99,7 +99,8 @@ def run_pbt(
         trainable,
         param_space={"spec": spec, "lr": start_lr, "member": tune.grid_search(list(range(members)))},
         tune_config=tune.TuneConfig(metric="metric", mode="min", scheduler=scheduler, reuse_actors=True),
-        # every checkpoint is kept: with num_to_keep, Tune 2.60 fails deleting checkpoints PBT already replaced
+        # every checkpoint is kept: with num_to_keep, Tune 2.60 fails deleting checkpoints PBT already
+        # replaced
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     )
     grid = tuner.fit()

@@ -1,15 +1,15 @@
 """Quality: does turning HDET on ever cost a user, and does it find the rate from a 10x mis-set start?
 
-    python -m benchmarks.quality              # full: mlp, cnn, lm x 2 horizons x 3 seeds (see docs/benchmarks.md)
-    python -m benchmarks.quality --quick      # 1 seed, short runs: checks that everything runs (a few minutes)
+    python -m benchmarks.quality          # full: mlp, cnn, lm x 2 horizons x 3 seeds (see docs/benchmarks.md)
+    python -m benchmarks.quality --quick  # 1 seed, short runs: checks that everything runs (a few minutes)
     python -m benchmarks.quality --only mlp --horizons short --seeds 0 1 2
 
 Every run is the script a user writes (`benchmarks.workloads`): 4 gloo processes, one replica each, the same
 steps for every method. The plan is fixed before anything runs:
 1. the oracle: fixed OneCycle (DDP) at 7 max rates, centre x 10**((k - 3) / 2), k = 0..6; k* = the best mean
    over seeds (a dead run counts as infinitely bad);
-2. from k* - 2 (10x too low), k* and k* + 2 (10x too high): fixed OneCycle, HDET with the shipped defaults (the
-   README's three-line change), and HDET without auto-LR (spread + averaging only);
+2. from k* - 2 (10x too low), k* and k* + 2 (10x too high): fixed OneCycle, HDET with the shipped defaults
+   (the README's three-line change), and HDET without auto-LR (spread + averaging only);
 3. the LR-free optimizers a user would try instead, at their documented settings (lr 1.0, same OneCycle
    shape): Prodigy (`prodigyopt`) and D-Adaptation (`dadaptation`: DAdaptSGD where the workload uses SGD,
    DAdaptAdam otherwise);
@@ -32,7 +32,8 @@ REPLICAS = 4
 GRID = tuple(range(7))
 STARTS = {"10x too low": -2, "oracle's rate": 0, "10x too high": 2}
 CENTRE = {"mlp": 0.1, "cnn": 0.01, "lm": 3e-3}
-"""The grid's middle rate per workload (chosen as a plausible default before running; the grid spans 1000x)."""
+"""The grid's middle rate per workload (chosen as a plausible default before running; the grid spans
+1000x)."""
 SYNC_EVERY = {"full": {"mlp": 10, "cnn": 10, "lm": 10}, "quick": {"mlp": 5, "cnn": 5, "lm": 5}}
 HORIZONS = {"full": {"short": 20, "long": 60}, "quick": {"short": 6}}
 """Sync windows per run (steps = windows x sync_every)."""

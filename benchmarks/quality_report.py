@@ -206,7 +206,7 @@ def plot(c: Cell, path: Path) -> None:
         left.set_ylim(min(finite) * 0.9, min(max(finite), 3 * min(finite)) * 1.1)
     left.legend(fontsize=7)
     left.set_title(f"{c.name}: final metric by start rate")
-    for shift, color in zip(START_SHIFTS.values(), ("tab:blue", "tab:green", "tab:red")):
+    for shift, color in zip(START_SHIFTS.values(), ("tab:blue", "tab:green", "tab:red"), strict=True):
         for s in c.seeds:
             r = c.runs.get(f"{c.name}/{s}/hdet/{c.best + shift}")
             if r and r.get("centres"):

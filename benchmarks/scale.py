@@ -196,8 +196,9 @@ def markdown(summary: dict[str, Any]) -> str:
                     rows,
                 ),
                 (
-                    "Projected traffic per worker per step at N = 1,000 GPUs, a 1B-parameter model, fp32, ring all-reduce, "
-                    "AdamW moments averaged at each sync (`projected_bytes` in benchmarks/scale.py):"
+                    "Projected traffic per worker per step at N = 1,000 GPUs, a 1B-parameter model, fp32, "
+                    "ring all-reduce, AdamW moments averaged at each sync (`projected_bytes` in "
+                    "benchmarks/scale.py):"
                 ),
                 projection_table(),
                 common.table(["target", "measured", "verdict"], scale_targets(summary)),

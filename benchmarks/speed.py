@@ -155,9 +155,9 @@ def markdown(summary: dict[str, Any]) -> str:
     text = [
         (
             f"Command: `{summary['command']}`. Machine: {common.machine_line(summary['machine'])}. "
-            f"Model: MLP {IN_DIM}-{WIDTH}-{WIDTH}-{IN_DIM}, {params / 1e6:.2f}M fp32 parameters, batch {BATCH}, "
-            f"AdamW; {s['timed']} timed steps after {s['warmup']} warm-up steps, HDET sync every "
-            f"{s['sync_every']} steps; median of {s['repeats']} repeat(s), modes interleaved."
+            f"Model: MLP {IN_DIM}-{WIDTH}-{WIDTH}-{IN_DIM}, {params / 1e6:.2f}M fp32 parameters, "
+            f"batch {BATCH}, AdamW; {s['timed']} timed steps after {s['warmup']} warm-up steps, "
+            f"HDET sync every {s['sync_every']} steps; median of {s['repeats']} repeat(s), modes interleaved."
         ),
         common.table(
             [

@@ -6,7 +6,8 @@
 Three panels over the sync windows: the rate multipliers (the centre's, relative to the start rate, and every
 replica's), each replica's window loss with the replicas excluded as unhealthy marked (and why, in the
 legend), rollbacks as vertical lines; and the converged model's validation metric after each window (where the
-run recorded one). Works on any JSON lines file whose rows hold `key` and `records` (`WindowRecord.to_dict()`).
+run recorded one). Works on any JSON lines file whose rows hold `key` and `records`
+(`WindowRecord.to_dict()`).
 """
 
 from __future__ import annotations

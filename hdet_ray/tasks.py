@@ -162,7 +162,8 @@ class _TinyGPT(nn.Module):
         self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, 256)
-        # a bool mask (True = masked): a float one holds -inf, which HDET's finiteness check reads as a dead replica
+        # a bool mask (True = masked): a float one holds -inf, which HDET's finiteness check reads as a
+        # dead replica
         causal = torch.triu(torch.ones(context, context, dtype=torch.bool), diagonal=1)
         self.register_buffer("mask", causal, persistent=False)
 
@@ -307,7 +308,8 @@ def describe(name: str) -> dict[str, Any]:
 
 
 def check_options(name: str, options: dict[str, Any]) -> None:
-    """Raise ValueError naming each bad option of a registered task (its factory's signature is the schema)."""
+    """Raise ValueError naming each bad option of a registered task (its factory's signature is the
+    schema)."""
     from pydantic import ValidationError
 
     factory = _factory(name)

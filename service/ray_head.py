@@ -211,7 +211,5 @@ def _alive(pid: int) -> bool:
 
 
 def _signal_group(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -18,7 +18,8 @@ class Settings(BaseSettings):
         None,
         min_length=16,
         description=(
-            "The API's bearer token. Unset: generated at first start, kept in <data_dir>/token and printed once."
+            "The API's bearer token. Unset: generated at first start, kept in <data_dir>/token and "
+            "printed once."
         ),
     )
     data_dir: Path = Field(
@@ -45,24 +46,24 @@ class Settings(BaseSettings):
         None,
         ge=1,
         description=(
-            "CPUs the embedded head offers (default: the machine's, at least 4; CPU workers may share cores). "
-            "A job with more replicas than this is refused (422)."
+            "CPUs the embedded head offers (default: the machine's, at least 4; CPU workers may share "
+            "cores). A job with more replicas than this is refused (422)."
         ),
     )
     ingest_token_via: Literal["auto", "file", "env"] = Field(
         "auto",
         description=(
-            "How a job receives its ingest token: 'file' (runs/<id>/ingest-token, mode 0600: the cluster must "
-            "share the data directory, as the embedded head does), 'env' (the job's environment, set through "
-            "the Ray Jobs API's runtime_env: visible to holders of the Ray cluster's token); 'auto': 'env' with "
-            "RAY_ADDRESS, else 'file'."
+            "How a job receives its ingest token: 'file' (runs/<id>/ingest-token, mode 0600: the cluster "
+            "must share the data directory, as the embedded head does), 'env' (the job's environment, set "
+            "through the Ray Jobs API's runtime_env: visible to holders of the Ray cluster's token); "
+            "'auto': 'env' with RAY_ADDRESS, else 'file'."
         ),
     )
     head_on_exit: Literal["keep-if-jobs", "stop"] = Field(
         "keep-if-jobs",
         description=(
-            "On shutdown, 'keep-if-jobs' leaves the embedded head running while it has unfinished jobs (the next "
-            "start adopts it, so a restart loses no window); 'stop' always ends it."
+            "On shutdown, 'keep-if-jobs' leaves the embedded head running while it has unfinished jobs "
+            "(the next start adopts it, so a restart loses no window); 'stop' always ends it."
         ),
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Larger request bodies get 413.")

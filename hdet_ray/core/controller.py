@@ -174,7 +174,7 @@ def ls_slope(x: Sequence[float], y: Sequence[float]) -> float:
     sxx = sum((a - mx) ** 2 for a in x)
     if sxx <= 1e-300:
         return 0.0
-    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sxx
+    return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sxx
 
 
 def _sign(x: float) -> int:
@@ -194,7 +194,7 @@ def rank_correlation(coords: Sequence[float], losses: Sequence[float]) -> float:
     syy = sum(b * b for b in y)
     if sxx <= 1e-300 or syy <= 1e-300:
         return 0.0
-    return sum(a * b for a, b in zip(x, y)) / math.sqrt(sxx * syy)
+    return sum(a * b for a, b in zip(x, y, strict=True)) / math.sqrt(sxx * syy)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -262,7 +262,7 @@ class Controller:
             return self._open(state, window)
         weights = self._weights(window)
         progress = window.step / window.total_steps if window.total_steps else 0.0
-        finite = [x for x, ok in zip(window.losses, window.healthy) if ok and math.isfinite(x)]
+        finite = [x for x, ok in zip(window.losses, window.healthy, strict=True) if ok and math.isfinite(x)]
         why = ""
         if window.step < cfg.warmup_steps:
             why = f"warm-up (step {window.step} < {cfg.warmup_steps})"
@@ -333,23 +333,24 @@ class Controller:
         healthy = window.healthy
         n_ok = sum(healthy)
         policy = self.config.converge
-        losses_known = all(math.isfinite(x) for x, ok in zip(window.losses, healthy) if ok)
+        losses_known = all(math.isfinite(x) for x, ok in zip(window.losses, healthy, strict=True) if ok)
         if policy == "mean" or not losses_known or n_ok == 1:
             return tuple((1.0 / n_ok) if ok else 0.0 for ok in healthy)
-        fit = centered_ranks([x if ok else math.nan for x, ok in zip(window.losses, healthy)])
+        fit = centered_ranks([x if ok else math.nan for x, ok in zip(window.losses, healthy, strict=True)])
         if policy == "best":
             best = max((i for i in range(len(fit)) if healthy[i]), key=lambda i: fit[i])
             return tuple(1.0 if i == best else 0.0 for i in range(len(fit)))
         t = self.config.fitness_temperature
-        top = max(f for f, ok in zip(fit, healthy) if ok)
-        raw = [math.exp((f - top) / t) if ok else 0.0 for f, ok in zip(fit, healthy)]
+        top = max(f for f, ok in zip(fit, healthy, strict=True) if ok)
+        raw = [math.exp((f - top) / t) if ok else 0.0 for f, ok in zip(fit, healthy, strict=True)]
         total = sum(raw)
         return tuple(x / total for x in raw)
 
     def _open(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
         """After the range-test window: centre every explored value on the best healthy replica's."""
         scores = [
-            x if (ok and math.isfinite(x)) else math.inf for x, ok in zip(window.losses, window.healthy)
+            x if (ok and math.isfinite(x)) else math.inf
+            for x, ok in zip(window.losses, window.healthy, strict=True)
         ]
         best = min(range(len(scores)), key=lambda i: scores[i])
         offsets = dict(state.offsets)
@@ -396,9 +397,9 @@ class PaperController(Controller):
     """The paper's auto-LR rule, moved onto an offset and made relative to the current centre.
 
         s_r = (mean(L) - L_r) / sigma,   w = softmax(s)
-        Delta = (sum_r w_r * eta_r - mean_r(eta_r)) / centre      (zero-order hypergradient, relative)
+        Delta = (sum_r w_r * eta_r - mean_r(eta_r)) / centre  (zero-order hypergradient, relative)
         v <- beta * v + (1 - beta) * Delta
-        centre <- centre * (1 + lambda * v)                        (the paper: base <- base*(1-gamma) + lambda*v)
+        centre <- centre * (1 + lambda * v)                    (the paper: base <- base*(1-gamma) + lambda*v)
 
     eta_r are the values applied at the window's end; non-finite losses get weight 0. The paper's update is
     additive in absolute units; under an annealing base that makes the same absolute step a growing
@@ -426,7 +427,9 @@ class PaperController(Controller):
             if centre == 0:
                 offsets[name] = p.offset
                 continue
-            delta = (sum(wi * v for wi, v in zip(w, p.values)) - sum(p.values) / len(p.values)) / centre
+            delta = (
+                sum(wi * v for wi, v in zip(w, p.values, strict=True)) - sum(p.values) / len(p.values)
+            ) / centre
             v = cfg.momentum * velocity.get(name, 0.0) + (1 - cfg.momentum) * delta
             signal[name], velocity[name] = delta, v
             offsets[name] = p.offset_for(centre * max(1.0 + cfg.step_size * v, 1e-3))
@@ -558,7 +561,7 @@ def _without_shard_bias(
     # shrunk toward 0 while few windows are seen: one window's offsets are mostly its multipliers' effect
     scored = [
         v - b * k / (k + SHARD_PRIOR_WINDOWS) if math.isfinite(v) else math.nan
-        for v, b, k in zip(logs, bias, seen)
+        for v, b, k in zip(logs, bias, seen, strict=True)
     ]
     new_bias, new_seen = list(bias), list(seen)
     for r, v in enumerate(logs):
@@ -580,11 +583,11 @@ class EvidenceController(Controller):
     test's false-move rate does not depend on the loss's scale or noise.
 
     The short-horizon bias: a window's loss favours the higher rate while the schedule rises (loss falls fast)
-    and the lower rate while it anneals (less noise now, less progress later). Evidence that points the way the
-    schedule's bias does cannot be told from the bias, so with `bias_aware` it moves nothing; evidence against
-    the bias is evidence that beats it. So a good rate holds, a too-high one comes down during the rise, a
-    too-low one goes up during the anneal. Windows that excluded a replica as unhealthy are evidence of
-    instability, not of the horizon: there the bias does not block a move (the z test still applies).
+    and the lower rate while it anneals (less noise now, less progress later). Evidence that points the way
+    the schedule's bias does cannot be told from the bias, so with `bias_aware` it moves nothing; evidence
+    against the bias is evidence that beats it. So a good rate holds, a too-high one comes down during the
+    rise, a too-low one goes up during the anneal. Windows that excluded a replica as unhealthy are evidence
+    of instability, not of the horizon: there the bias does not block a move (the z test still applies).
     """
 
     name = "evidence"
@@ -593,7 +596,7 @@ class EvidenceController(Controller):
     def _move(self, state, window):
         cfg: EvidenceConfig = self.config  # type: ignore[assignment]
         n = window.replicas
-        losses = [x if ok else math.nan for x, ok in zip(window.losses, window.healthy)]
+        losses = [x if ok else math.nan for x, ok in zip(window.losses, window.healthy, strict=True)]
         scored, replica_bias, replica_seen = _without_shard_bias(
             losses, state.replica_bias, state.replica_seen
         )

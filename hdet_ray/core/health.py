@@ -9,11 +9,11 @@ A replica is unhealthy when
   * absolute: the rise above the reference gives back at least `blowup_progress` of what the run has learned
     so far (the run's initial loss minus the reference). Near zero loss a window that doubles 0.0007 to 0.0019
     is noise, not a blow-up: it gave back 0.05% of the progress from 2.3.
-- it fell back to chance: it had learned (its own lowest loss, the window's starting loss, the previous window's
-  median or the run's best median was below chance by more than `chance_margin`) and the window's second half
-  sits at chance (within `chance_tolerance`) or above it. Chance is `chance_loss` when given, else the run's
-  initial loss (the first window's starting loss: an untrained network's level), so a network that learned
-  and came back to where it started is dead without the user naming chance. A too-high rate leaves a
+- it fell back to chance: it had learned (its own lowest loss, the window's starting loss, the previous
+  window's median or the run's best median was below chance by more than `chance_margin`) and the window's
+  second half sits at chance (within `chance_tolerance`) or above it. Chance is `chance_loss` when given, else
+  the run's initial loss (the first window's starting loss: an untrained network's level), so a network that
+  learned and came back to where it started is dead without the user naming chance. A too-high rate leaves a
   ten-class network at ln(10) = 2.303: no NaN check sees it.
 """
 

@@ -81,10 +81,7 @@ class HyperParam:
 
     def value(self, base: float, offset: float, multiplier: float) -> float:
         """The applied value for one replica (see the module docstring), clamped to `bounds`."""
-        if self.scale == "log":
-            v = base * math.exp(offset) * multiplier
-        else:
-            v = (base + offset) * multiplier
+        v = base * math.exp(offset) * multiplier if self.scale == "log" else (base + offset) * multiplier
         if self.bounds is not None:
             v = min(max(v, self.bounds[0]), self.bounds[1])
         return v
@@ -96,10 +93,7 @@ class HyperParam:
     def offset_for(self, base: float, offset: float, new_center: float) -> float:
         """The offset that moves the centre to `new_center` (clamped to `offset_bounds`)."""
         if self.scale == "log":
-            if base <= 0.0 or new_center <= 0.0:
-                new = offset
-            else:
-                new = math.log(new_center / base)
+            new = offset if base <= 0.0 or new_center <= 0.0 else math.log(new_center / base)
         else:
             new = new_center - base
         return min(max(new, self.offset_bounds[0]), self.offset_bounds[1])

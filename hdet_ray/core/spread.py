@@ -96,10 +96,10 @@ def permutation(replicas: int, seed: int, window: int, name: str) -> list[int]:
 
 
 def _correlation(a: Sequence[float], b: Sequence[float]) -> float:
-    a = np.asarray(a) - np.mean(a)
-    b = np.asarray(b) - np.mean(b)
-    denom = math.sqrt(float(a @ a) * float(b @ b))
-    return 0.0 if denom == 0.0 else float(a @ b) / denom
+    x = np.asarray(a) - np.mean(a)
+    y = np.asarray(b) - np.mean(b)
+    denom = math.sqrt(float(x @ x) * float(y @ y))
+    return 0.0 if denom == 0.0 else float(x @ y) / denom
 
 
 def balanced_permutations(

@@ -22,21 +22,21 @@ OnRecord = Callable[[WindowRecord], None]
 def record_scalars(record: WindowRecord) -> dict[str, float]:
     """One window as flat scalar tags (non-finite values left out):
 
-    `hdet/<param>/{center,base,offset}`, `hdet/<param>/value/replica_<r>`, `hdet/<param>/multiplier/replica_<r>`,
-    `hdet/loss/replica_<r>`, `hdet/loss/mean` (healthy replicas), `hdet/rollback`, `hdet/acted`,
-    `hdet/metric/<name>`.
+    `hdet/<param>/{center,base,offset}`, `hdet/<param>/value/replica_<r>`,
+    `hdet/<param>/multiplier/replica_<r>`, `hdet/loss/replica_<r>`, `hdet/loss/mean` (healthy replicas),
+    `hdet/rollback`, `hdet/acted`, `hdet/metric/<name>`.
     """
     out: dict[str, float] = {}
     for name, p in record.params.items():
         out[f"hdet/{name}/center"] = p.center if p.center is not None else p.base
         out[f"hdet/{name}/base"] = p.base
         out[f"hdet/{name}/offset"] = p.new_offset
-        for r, (value, mult) in enumerate(zip(p.values, p.multipliers)):
+        for r, (value, mult) in enumerate(zip(p.values, p.multipliers, strict=True)):
             out[f"hdet/{name}/value/replica_{r}"] = value
             out[f"hdet/{name}/multiplier/replica_{r}"] = mult
     for r, loss in enumerate(record.losses):
         out[f"hdet/loss/replica_{r}"] = loss
-    kept = [x for x, ok in zip(record.losses, record.healthy) if ok and math.isfinite(x)]
+    kept = [x for x, ok in zip(record.losses, record.healthy, strict=True) if ok and math.isfinite(x)]
     if kept:
         out["hdet/loss/mean"] = sum(kept) / len(kept)
     out["hdet/rollback"] = float(record.rollback)

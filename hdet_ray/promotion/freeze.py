@@ -47,7 +47,9 @@ def changes(old: Any, new: Any, path: str = "") -> list[str]:
                 out += changes(old[key], new[key], sub)
         return out
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [c for i, (a, b) in enumerate(zip(old, new)) for c in changes(a, b, f"{path}.{i}")]
+        return [
+            c for i, (a, b) in enumerate(zip(old, new, strict=True)) for c in changes(a, b, f"{path}.{i}")
+        ]
     return [] if old == new else [f"{here}: {_show(old)} -> {_show(new)}"]
 
 

@@ -33,7 +33,10 @@ class StudyRecord:
 
     @classmethod
     def open(cls, root: str | Path, study: Study) -> StudyRecord:
-        """Load the study's record, or freeze the study into a new one. A changed study raises StudyChanged."""
+        """Load the study's record, or freeze the study into a new one.
+
+        A changed study raises StudyChanged.
+        """
         path = Path(root) / study.name
         file = path / "record.json"
         if file.exists():

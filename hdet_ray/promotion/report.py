@@ -72,7 +72,10 @@ def markdown(study: Study, record: dict[str, Any], tables: dict[str, dict]) -> s
                     f"{_f(row.metrics.get(c))} ({row.ranks[c]:g})" if c in row.metrics else "failed"
                     for c in cells
                 )
-                + f" | {_f(row.mean)} | {_f(row.std)} | {_f(row.mean_rank, 2)} | {_f(row.mean_gap)} | {verdict} |"
+                + (
+                    f" | {_f(row.mean)} | {_f(row.std)} | {_f(row.mean_rank, 2)} | "
+                    f"{_f(row.mean_gap)} | {verdict} |"
+                )
             )
         if decision and decision.get("winner"):
             lines += ["", f"Winner: **{decision['winner']}** (best mean rank among the accepted)."]

@@ -13,7 +13,8 @@ runner's business and are not used here; pausing needs a trainable that checkpoi
     from hdet_ray.promotion.tune import PromotionScheduler
 
     study = Study.from_file("examples/studies/digits.yaml")
-    tuner = tune.Tuner(trainable, param_space={"candidate": tune.grid_search(names), "seed": tune.grid_search([0, 1])},
+    tuner = tune.Tuner(trainable,
+                       param_space={"candidate": tune.grid_search(names), "seed": tune.grid_search([0, 1])},
                        tune_config=tune.TuneConfig(scheduler=PromotionScheduler(study)))
 """
 

@@ -41,7 +41,8 @@ class ControllerHost:
         self.pusher = ServicePusher(link.url, link.job_id, link.read_token()) if link is not None else None
 
     def begin(self, window: int, state: dict[str, Any] | None) -> None:
-        """A worker group starts at `window` (0, or a checkpoint's) with that checkpoint's controller state."""
+        """A worker group starts at `window` (0, or a checkpoint's) with that checkpoint's controller
+        state."""
         self.calls["begin"] += 1
         dropped = self.log.rewind(window)
         self.state = ControllerState.from_dict(state) if state is not None else None

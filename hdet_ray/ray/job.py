@@ -1,7 +1,8 @@
 """`run_job(spec)`: run one HDET job on Ray and write its run directory.
 
     <storage_path or ./runs>/<job name or generated id>/
-        spec.json          the validated spec (mode 0600; a service link names its token file, never the token)
+        spec.json          the validated spec (mode 0600; a service link names its token file, never the
+                           token)
         trajectory.jsonl   one WindowRecord per window (written by the controller actor)
         summary.json       final metrics, base-value trajectory, paths, worker-seconds
         train/             Ray Train's checkpoints
@@ -141,7 +142,8 @@ def _ensure_ray(cpus: float) -> bool:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False)
         return True  # a connection we made; shutdown only disconnects
-    # address="local" always starts a fresh instance (a bare ray.init() would join any cluster on this machine)
+    # address="local" always starts a fresh instance (a bare ray.init() would join any cluster on this
+    # machine)
     ray.init(
         address="local",
         num_cpus=max(math.ceil(cpus), os.cpu_count() or 1),

@@ -44,7 +44,9 @@ class VertexController(Controller):
         offsets, signal = dict(state.offsets), {}
         for name, p in window.params.items():
             pts = [
-                (x, y) for x, y, ok in zip(p.coords, window.losses, window.healthy) if ok and math.isfinite(y)
+                (x, y)
+                for x, y, ok in zip(p.coords, window.losses, window.healthy, strict=True)
+                if ok and math.isfinite(y)
             ]
             x_best = min(pts, key=lambda t: t[1])[0]
             target = x_best

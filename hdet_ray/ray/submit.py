@@ -1,6 +1,7 @@
 """`hdet submit SPEC`: run a job spec on a Ray cluster through the Ray Jobs API (what `ray job submit` does).
 
-    RAY_AUTH_MODE=token hdet submit examples/specs/digits.yaml --address http://head:8265 --working-dir . --wait
+    RAY_AUTH_MODE=token hdet submit examples/specs/digits.yaml --address http://head:8265 \
+        --working-dir . --wait
 
 The entrypoint is `python -m hdet_ray run --spec-json '<spec>'`, so the cluster needs hdet-ray installed
 (or `--working-dir` pointing at a checkout). On a token-auth cluster set RAY_AUTH_MODE=token (the Jobs

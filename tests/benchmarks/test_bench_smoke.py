@@ -110,7 +110,8 @@ def test_gpu_check_dry_run_on_cpu(tmp_path, monkeypatch):
 
 
 def test_bytelm_hdet_windows_are_healthy():
-    """The quality benchmark's bytelm runs mean nothing if every window rolls back (a -inf mask buffer did)."""
+    """The quality benchmark's bytelm runs mean nothing if every window rolls back (a -inf mask buffer
+    did)."""
     from hdet_ray.loop import Replica
     from hdet_ray.spec import JobSpec
 

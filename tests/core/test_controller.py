@@ -124,7 +124,7 @@ def test_paper_controller_matches_the_equations():
     # by hand: s = (mean(L) - L) / sigma = [-1.5, -0.5, 0.5, 1.5]; w = softmax(s)
     e = [math.exp(-1.5), math.exp(-0.5), math.exp(0.5), math.exp(1.5)]
     w = [x / sum(e) for x in e]
-    delta = sum(wi * v for wi, v in zip(w, eta)) - 2.5
+    delta = sum(wi * v for wi, v in zip(w, eta, strict=True)) - 2.5
     assert delta == pytest.approx(0.99265, abs=1e-5)
     v1 = (1 - beta) * delta
     p = ParamWindow(scale="log", base=2.5, offset=0.0, coords=(0.0,) * 4, values=tuple(eta))
@@ -384,10 +384,10 @@ def test_evidence_settings_are_validated():
 
 
 def test_evidence_removes_a_shards_own_difficulty():
-    # a small real effect (each level up lowers the loss by 1%) under 2% noise, and replica 0's shard is simply
-    # easier (20% lower loss whatever it runs). Multipliers are re-permuted each window, so the shard's offset
-    # is noise that hides the effect; estimating it from earlier windows and taking it out finds the effect
-    # sooner. Flat schedule, so the bias rule plays no part.
+    # a small real effect (each level up lowers the loss by 1%) under 2% noise, and replica 0's shard is
+    # simply easier (20% lower loss whatever it runs). Multipliers are re-permuted each window, so the shard's
+    # offset is noise that hides the effect; estimating it from earlier windows and taking it out finds the
+    # effect sooner. Flat schedule, so the bias rule plays no part.
     import random
 
     def windows(seed):

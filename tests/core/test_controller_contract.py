@@ -110,7 +110,8 @@ def test_rolls_back_and_cuts_the_rate_when_no_replica_is_healthy(name):
     losses = (math.nan, math.inf, 9.0, 9.0)
     state, first = controller.decide(state, window(state, losses, healthy=[False] * REPLICAS))
     assert first.rollback and first.acted and not first.diverged and first.weights == ()
-    # to 0.5 x the lowest replica's value (centre / 2 for a log spread of 2): the centre x 1/4, on the log axis
+    # to 0.5 x the lowest replica's value (centre / 2 for a log spread of 2): the centre x 1/4, on the log
+    # axis
     assert first.offsets["lr"] == pytest.approx(math.log(0.25))
     assert first.offsets["weight_decay"] == 0.0  # only rollback_param is cut
     assert state.velocity == {n: 0.0 for n in NAMES} and state.rollbacks == 1

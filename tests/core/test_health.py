@@ -72,7 +72,8 @@ def test_a_2x_wiggle_near_zero_loss_is_noise_not_a_blow_up():
     ]
     healthy, reasons = assess(wiggle, cfg, previous=0.0007148, best=0.0007, initial=2.31)
     assert healthy == [True, True, True], reasons
-    # the same relative jump with nothing learned yet (first window: initial = the window's own start) is caught
+    # the same relative jump with nothing learned yet (first window: initial = the window's own start) is
+    # caught
     fresh = [stats(1.0, first=1.0, tail=2.5), stats(1.0, first=1.0)]
     assert assess(fresh, cfg)[0] == [False, True]
     # ...and a jump that gives back a real share of the progress still is, late in the run

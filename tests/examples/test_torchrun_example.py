@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_two_examples_differ_only_by_the_scheduler_swap():
     plain = (ROOT / "examples/digits_onecycle.py").read_text().splitlines()
     hdet = (ROOT / "examples/digits_hdet.py").read_text().splitlines()
-    code = lambda lines: [line for line in lines[lines.index("import argparse") :]]
+
+    def code(lines):
+        return [line for line in lines[lines.index("import argparse") :]]
+
     added = [line for line in code(hdet) if line not in code(plain)]
     assert any("HDETOneCycleLR(optimizer" in line for line in added)
     assert "    scheduler.step(loss)" in added

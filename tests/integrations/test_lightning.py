@@ -48,6 +48,6 @@ def test_lightning_ddp_with_hdet_callback(tmp_path):
     with open(tmp_path / "csv" / "version_0" / "metrics.csv") as f:
         rows = [row for row in csv.DictReader(f) if row.get("hdet/lr/offset")]
     assert [int(row["step"]) for row in rows] == [10, 20, 30]
-    for row, r in zip(rows, records):
+    for row, r in zip(rows, records, strict=True):
         assert float(row["hdet/lr/offset"]) == pytest.approx(r["params"]["lr"]["new_offset"])
         assert float(row["hdet/loss/replica_0"]) == pytest.approx(r["losses"][0])

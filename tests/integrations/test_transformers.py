@@ -59,7 +59,7 @@ def test_trainer_with_hdet_callback(tmp_path):
     assert any(r["acted"] for r in records) and any(o != 0 for o in offsets)  # the controller moved the rate
     logged = ranks[0]["hdet_logs"]
     assert [h["step"] for h in logged] == [10, 20, 30]  # through trainer.log, at the window's step
-    for h, r in zip(logged, records):
+    for h, r in zip(logged, records, strict=True):
         assert h["hdet/lr/offset"] == pytest.approx(r["params"]["lr"]["new_offset"])
         assert h["hdet/loss/replica_1"] == pytest.approx(r["losses"][1])
     assert all(rank["replicas_identical"] for rank in ranks)  # converged after the last window

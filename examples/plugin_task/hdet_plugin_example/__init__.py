@@ -5,7 +5,8 @@ Installing this package registers the task `sine` (see pyproject.toml's `hdet_ra
     pip install ./examples/plugin_task
     curl -H "Authorization: Bearer $HDET_TOKEN" localhost:8000/v1/tasks      # lists 'sine' and its options
     curl -H "Authorization: Bearer $HDET_TOKEN" -H 'Content-Type: application/json' \
-         -d '{"task": "sine", "task_options": {"width": 32}, "replicas": 2, "steps": 100}' localhost:8000/v1/jobs
+         -d '{"task": "sine", "task_options": {"width": 32}, "replicas": 2, "steps": 100}' \
+         localhost:8000/v1/jobs
 
 The factory's keyword arguments are the task's `task_options`; their annotations and defaults are the
 options schema the service publishes.
