@@ -36,8 +36,13 @@ SETTINGS = [("default", None), ("memory", "keep"), ("memory", "average"), ("off"
 
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(64, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, WIDTH),
-                               torch.nn.ReLU(), torch.nn.Linear(WIDTH, 10))
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, WIDTH),
+        torch.nn.ReLU(),
+        torch.nn.Linear(WIDTH, WIDTH),
+        torch.nn.ReLU(),
+        torch.nn.Linear(WIDTH, 10),
+    )
 
 
 # functions and classes lead to module globals (the whole program), modules to the model's own tensors
@@ -94,12 +99,19 @@ def measure(world: int) -> list[dict[str, Any]]:
         if rollback is None:
             sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=100)
         else:
-            sched = HDETOneCycleLR(opt, max_lr=1e-2, total_steps=100, sync_every=SYNC_EVERY, model=model,
-                                   rollback=None if rollback == "default" else rollback,
-                                   optimizer_state=opt_state)
+            sched = HDETOneCycleLR(
+                opt,
+                max_lr=1e-2,
+                total_steps=100,
+                sync_every=SYNC_EVERY,
+                model=model,
+                rollback=None if rollback == "default" else rollback,
+                optimizer_state=opt_state,
+            )
         for _ in range(STEPS):
-            loss = torch.nn.functional.cross_entropy(model(torch.randn(32, 64, generator=g)),
-                                                     torch.randint(0, 10, (32,), generator=g))
+            loss = torch.nn.functional.cross_entropy(
+                model(torch.randn(32, 64, generator=g)), torch.randint(0, 10, (32,), generator=g)
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -108,10 +120,17 @@ def measure(world: int) -> list[dict[str, Any]]:
             else:
                 sched.step(loss=loss.detach())
         params = sum(p.numel() for p in model.parameters())
-        rows.append({"processes": world, "scheduler": "OneCycleLR" if rollback is None else "HDETOneCycleLR",
-                     "rollback": _setting(sched, "rollback", rollback),
-                     "optimizer_state": _setting(sched, "optimizer_state", opt_state), "parameters": params,
-                     "held_bytes": held_bytes(sched, model, opt), "checkpoint_bytes": checkpoint_bytes(sched.state_dict())})
+        rows.append(
+            {
+                "processes": world,
+                "scheduler": "OneCycleLR" if rollback is None else "HDETOneCycleLR",
+                "rollback": _setting(sched, "rollback", rollback),
+                "optimizer_state": _setting(sched, "optimizer_state", opt_state),
+                "parameters": params,
+                "held_bytes": held_bytes(sched, model, opt),
+                "checkpoint_bytes": checkpoint_bytes(sched.state_dict()),
+            }
+        )
         if rollback is not None:
             sched.close()
     return rows
@@ -139,13 +158,32 @@ def run(world: int) -> list[dict[str, Any]]:
 
 def report(rows: list[dict[str, Any]], machine: dict[str, Any]) -> str:
     table = common.table(
-        ["processes", "scheduler", "rollback", "optimizer_state", "in memory (bytes/param)",
-         "checkpoint (bytes/param)", "checkpoint (bytes)"],
-        [[r["processes"], r["scheduler"], r["rollback"], r["optimizer_state"],
-          f"{r['held_bytes'] / r['parameters']:.3f}", f"{r['checkpoint_bytes'] / r['parameters']:.4f}",
-          f"{r['checkpoint_bytes']:,}"] for r in rows])
-    return (f"{rows[0]['parameters']:,}-parameter MLP, AdamW, {STEPS} steps, sync every {SYNC_EVERY}. "
-            f"{common.machine_line(machine)}. `{common.command_line()}`\n\n{table}\n")
+        [
+            "processes",
+            "scheduler",
+            "rollback",
+            "optimizer_state",
+            "in memory (bytes/param)",
+            "checkpoint (bytes/param)",
+            "checkpoint (bytes)",
+        ],
+        [
+            [
+                r["processes"],
+                r["scheduler"],
+                r["rollback"],
+                r["optimizer_state"],
+                f"{r['held_bytes'] / r['parameters']:.3f}",
+                f"{r['checkpoint_bytes'] / r['parameters']:.4f}",
+                f"{r['checkpoint_bytes']:,}",
+            ]
+            for r in rows
+        ],
+    )
+    return (
+        f"{rows[0]['parameters']:,}-parameter MLP, AdamW, {STEPS} steps, sync every {SYNC_EVERY}. "
+        f"{common.machine_line(machine)}. `{common.command_line()}`\n\n{table}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,8 +23,15 @@ class DecisionCodec:
 
     def __init__(self, names: Sequence[str], replicas: int) -> None:
         self.names, self.replicas = list(names), replicas
-        sizes = {"offsets": len(self.names), "weights": replicas, "flags": 4, "signal": len(self.names),
-                 "velocity": len(self.names), "note_length": 1, "note": NOTE_BYTES}
+        sizes = {
+            "offsets": len(self.names),
+            "weights": replicas,
+            "flags": 4,
+            "signal": len(self.names),
+            "velocity": len(self.names),
+            "note_length": 1,
+            "note": NOTE_BYTES,
+        }
         self.fields: dict[str, slice] = {}
         start = 0
         for name, size in sizes.items():
@@ -36,13 +43,19 @@ class DecisionCodec:
         v = [math.nan] * self.size
         weights = list(decision.weights) if decision.weights else [math.nan] * self.replicas
         if len(weights) != self.replicas:
-            raise ValueError(f"Decision.weights has {len(weights)} entries, expected {self.replicas} (one per replica)")
+            raise ValueError(
+                f"Decision.weights has {len(weights)} entries, expected {self.replicas} (one per replica)"
+            )
         note = _fit(decision.note)
         parts = {
             "offsets": [decision.offsets[x] for x in self.names],
             "weights": weights,
-            "flags": [float(decision.rollback), float(decision.diverged), float(decision.acted),
-                      float(bool(decision.weights))],
+            "flags": [
+                float(decision.rollback),
+                float(decision.diverged),
+                float(decision.acted),
+                float(bool(decision.weights)),
+            ],
             "signal": [decision.signal.get(x, math.nan) for x in self.names],
             "velocity": [decision.velocity.get(x, math.nan) for x in self.names],
             "note_length": [float(len(note))],
@@ -59,14 +72,17 @@ class DecisionCodec:
             return v[self.fields[name]]
 
         rollback, diverged, acted, has_weights = (x > 0.5 for x in part("flags"))
-        note = bytes(int(x) for x in part("note")[:int(part("note_length")[0])]).decode("utf-8")
+        note = bytes(int(x) for x in part("note")[: int(part("note_length")[0])]).decode("utf-8")
         return Decision(
-            offsets=dict(zip(self.names, part("offsets"))),
+            offsets=dict(zip(self.names, part("offsets"), strict=True)),
             weights=tuple(part("weights")) if has_weights else (),
-            rollback=rollback, diverged=diverged, acted=acted,
-            signal={x: s for x, s in zip(self.names, part("signal")) if not math.isnan(s)},
-            velocity={x: s for x, s in zip(self.names, part("velocity")) if not math.isnan(s)},
-            note=note)
+            rollback=rollback,
+            diverged=diverged,
+            acted=acted,
+            signal={x: s for x, s in zip(self.names, part("signal"), strict=True) if not math.isnan(s)},
+            velocity={x: s for x, s in zip(self.names, part("velocity"), strict=True) if not math.isnan(s)},
+            note=note,
+        )
 
 
 def broadcast_decision(decision: Decision | None, codec: DecisionCodec, group=None) -> Decision:

@@ -66,8 +66,9 @@ class HDETOptions:
     """Called on rank 0 with every completed `WindowRecord`."""
 
     def __post_init__(self) -> None:
-        if self.sync_every is not None and (isinstance(self.sync_every, bool) or not isinstance(self.sync_every, int)
-                                            or self.sync_every < 1):
+        if self.sync_every is not None and (
+            isinstance(self.sync_every, bool) or not isinstance(self.sync_every, int) or self.sync_every < 1
+        ):
             raise ValueError(f"sync_every must be an integer >= 1, got {self.sync_every!r}")
         _one_of("fanout", self.fanout, FANOUT_MODES)
         if self.optimizer_state is not None:
@@ -94,16 +95,22 @@ class HDETOptions:
         """These options with every run-dependent default filled in."""
         sync_every = min(DEFAULT_SYNC_EVERY, total_steps) if self.sync_every is None else self.sync_every
         if not sync_every <= total_steps:
-            raise ValueError(f"sync_every must be an integer in [1, total_steps={total_steps}], got {sync_every!r}")
+            raise ValueError(
+                f"sync_every must be an integer in [1, total_steps={total_steps}], got {sync_every!r}"
+            )
         explore = list(self.explore) if self.explore is not None else [learning_rate()]
         if not any(hp.target == "lr" for hp in explore):
             explore.insert(0, HyperParam(name="lr", target="lr", size=1.0))  # the rate a rollback cuts
         many = replicas > 1
         return replace(
-            self, sync_every=sync_every, explore=tuple(explore),
+            self,
+            seed=int(self.seed),
+            sync_every=sync_every,
+            explore=tuple(explore),
             optimizer_state=self.optimizer_state or ("keep" if self.fanout == "shared_grad" else "average"),
             health=self.health if self.health is not None or not many else HealthConfig(),
-            rollback=self.rollback or ("memory" if many else "off"))
+            rollback=self.rollback or ("memory" if many else "off"),
+        )
 
 
 def _one_of(field: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from hdet_ray.engine import converge
 
@@ -28,7 +29,7 @@ class Snapshot:
         self.flats: list[torch.Tensor] | None = None
         self.layout: list[tuple] = []
         self.with_optimizer = False
-        self._hook = None
+        self._hook: RemovableHandle | None = None
 
     @property
     def held(self) -> bool:
@@ -43,7 +44,9 @@ class Snapshot:
         if self.mode == "memory":
             self.flats, self.layout, self.with_optimizer = flats, signature(tensors), with_optimizer
 
-    def restore(self, tensors_of: Callable[[bool], list[torch.Tensor]], optimizer: torch.optim.Optimizer) -> None:
+    def restore(
+        self, tensors_of: Callable[[bool], list[torch.Tensor]], optimizer: torch.optim.Optimizer
+    ) -> None:
         """Copy the kept state back; `tensors_of(with_optimizer)` lists the live tensors in packing order."""
         if self.flats is None:
             raise RuntimeError("HDET rollback: no snapshot is held (rollback='off')")
@@ -54,7 +57,9 @@ class Snapshot:
         if not self.with_optimizer:
             optimizer.state.clear()
 
-    def keep_at_next_step(self, optimizer: torch.optim.Optimizer, tensors_of: Callable[[], list[torch.Tensor]]) -> None:
+    def keep_at_next_step(
+        self, optimizer: torch.optim.Optimizer, tensors_of: Callable[[], list[torch.Tensor]]
+    ) -> None:
         """Drop what is held and keep the state found at the next `optimizer.step()` (after a resume, when
         the user has loaded the model's weights)."""
         self.flats = None
@@ -64,8 +69,7 @@ class Snapshot:
         def take(*_: object) -> None:
             tensors = tensors_of()
             self.keep(converge.pack(tensors), tensors, False)
-            self._hook.remove()
-            self._hook = None
+            self.close()
 
         self._hook = optimizer.register_step_pre_hook(take)
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import fields
+from typing import Any, Literal, cast
 
 import torch
 import torch.distributed as dist
 from torch.optim.lr_scheduler import OneCycleLR
+from torch.utils.hooks import RemovableHandle
 
 from hdet_ray.core.controller import Controller, make_controller
 from hdet_ray.core.health import HealthConfig
@@ -70,7 +72,7 @@ class HDETOneCycleLR(OneCycleLR):
         epochs: int | None = None,
         steps_per_epoch: int | None = None,
         pct_start: float = 0.3,
-        anneal_strategy: str = "cos",
+        anneal_strategy: Literal["cos", "linear"] = "cos",
         cycle_momentum: bool = True,
         base_momentum: float | list[float] = 0.85,
         max_momentum: float | list[float] = 0.95,
@@ -97,17 +99,15 @@ class HDETOneCycleLR(OneCycleLR):
         decide: DecideFn | None = None,
         on_record: Callable[[WindowRecord], None] | None = None,
     ) -> None:
-        options = HDETOptions(
-            sync_every=sync_every, explore=explore, fanout=fanout, controller=controller,
-            controller_settings=controller_settings, auto_lr=auto_lr, health=health,
-            optimizer_state=optimizer_state, rollback=rollback, balanced=balanced, opening_spread=opening_spread,
-            model=model, noise=noise, seed=int(seed), process_group=process_group, decide=decide,
-            on_record=on_record)
+        # every keyword-only parameter is an HDETOptions field, checked there
+        options = HDETOptions(**{k: v for k, v in locals().items() if k in _OPTION_FIELDS})
         self._ready = False
         own = set(self.__dict__)
+        # fmt: off
         super().__init__(optimizer, max_lr, total_steps, epochs, steps_per_epoch, pct_start, anneal_strategy,
                          cycle_momentum, base_momentum, max_momentum, div_factor, final_div_factor,
                          three_phase, last_epoch)
+        # fmt: on
         self._onecycle_keys = frozenset(self.__dict__) - own - {"optimizer"}  # what OneCycleLR saves
 
         distributed = dist.is_available() and dist.is_initialized()
@@ -117,33 +117,53 @@ class HDETOneCycleLR(OneCycleLR):
         self.explore: list[HyperParam] = list(self.options.explore or ())
         cycled = ("momentum", "betas[0]") if cycle_momentum else ()
         self._appliers: dict[str, Applier] = {
-            hp.name: make_applier(hp, optimizer, model, cycled) for hp in self.explore if hp.target != "lr"}
+            hp.name: make_applier(hp, optimizer, model, cycled) for hp in self.explore if hp.target != "lr"
+        }
         self._lr_groups: dict[str, list[int]] = {
             hp.name: list(hp.groups if hp.groups is not None else range(len(optimizer.param_groups)))
-            for hp in self.explore if hp.target == "lr"}
+            for hp in self.explore
+            if hp.target == "lr"
+        }
         if isinstance(controller, Controller):
             self.controller = controller
         else:
-            self.controller = make_controller(controller if auto_lr else "hold", **(controller_settings or {}))
-
+            self.controller = make_controller(
+                controller if auto_lr else "hold", **(controller_settings or {})
+            )
         self._params = [p for g in optimizer.param_groups for p in g["params"]]
-        self.state = HDETState(controller=self.controller.initial_state([hp.name for hp in self.explore]),
-                               loss=WindowLoss(self.options.sync_every or 1), base_now=list(self._last_lr))
+        self.state = HDETState(
+            controller=self.controller.initial_state([hp.name for hp in self.explore]),
+            loss=WindowLoss(self.sync_every),
+            base_now=[float(x) for x in self._last_lr],  # a tensor lr's clone, read once here
+        )
         self._snapshot = Snapshot(self.options.rollback or "off")
         self._sync = WindowSync(options=self.options, replicas=self.replicas, rank=self.rank,
                                 params=self._params, optimizer=optimizer, controller=self.controller,
-                                snapshot=self._snapshot, base_of=self._base_of, total_steps=self.total_steps)
-        self._grad_hook = None
+                                snapshot=self._snapshot, base_of=self._base_of,
+                                total_steps=self.total_steps)  # fmt: skip
+        self._grad_hook = self._fanout_hook()
         self._checked_ddp = False
-        if self.options.fanout == "shared_grad" and self.replicas > 1 and not fanouts.is_ddp(model):
-            self._grad_hook = optimizer.register_step_pre_hook(self._average_gradients)
-        if self.options.fanout == "local" and fanouts.is_ddp(model):
-            warnings.warn("HDETOneCycleLR(fanout='local') with a DDP-wrapped model: DDP still all-reduces the "
-                          "gradients every step, so the replicas are not independent between syncs; pass the "
-                          "unwrapped module (and train it unwrapped) for local fan-out", UserWarning, stacklevel=2)
+        self._start()
 
+    def _fanout_hook(self) -> RemovableHandle | None:
+        """shared_grad: average gradients before every optimizer step, unless DDP (the `model`) does it."""
+        model = self.options.model
+        if self.options.fanout == "local" and fanouts.is_ddp(model):
+            warnings.warn(
+                "HDETOneCycleLR(fanout='local') with a DDP-wrapped model: DDP still all-reduces the "
+                "gradients every step, so the replicas are not independent between syncs; pass the "
+                "unwrapped module (and train it unwrapped) for local fan-out",
+                UserWarning,
+                stacklevel=3,
+            )
+        if self.options.fanout == "shared_grad" and self.replicas > 1 and not fanouts.is_ddp(model):
+            return self.optimizer.register_step_pre_hook(self._average_gradients)
+        return None
+
+    def _start(self) -> None:
+        """Every replica starts where rank 0 does (as DDP does), plus its own noise if asked."""
         start = self._sync.tensors(False)
-        converge.broadcast_state(start, group=process_group)  # every replica starts where rank 0 does
+        converge.broadcast_state(start, group=self.options.process_group)
         self._snapshot.keep(converge.pack(start), start, False)
         if self.options.noise > 0.0:
             self._add_noise(self.options.noise)
@@ -180,14 +200,14 @@ class HDETOneCycleLR(OneCycleLR):
         else:
             super().step(epoch)
 
-    def get_lr(self) -> list[float]:
+    def get_lr(self) -> list[float | torch.Tensor]:
         base = super().get_lr()  # OneCycle's values; also cycles momentum
         if not self._ready:
             return base
-        self.state.base_now = list(base)
+        self.state.base_now = cast(list[float], list(base))  # floats unless max_lr was given as tensors
         return self._lr_values(base)
 
-    def _lr_values(self, base: Sequence[float]) -> list[float]:
+    def _lr_values(self, base: Sequence[Any]) -> list[Any]:
         lrs = list(base)
         offsets, mine = self.state.controller.offsets, self._assignment.mine
         for hp in self.explore:
@@ -201,13 +221,15 @@ class HDETOneCycleLR(OneCycleLR):
 
     def _write_values(self) -> None:
         """Write the current values outside `step()` (a tensor lr is filled in place, as torch does)."""
-        for group, lr in zip(self.optimizer.param_groups, self._lr_values(self.state.base_now)):
+        for group, lr in zip(self.optimizer.param_groups, self._lr_values(self.state.base_now), strict=True):
             if isinstance(group["lr"], torch.Tensor):
                 group["lr"].fill_(lr)
             else:
                 group["lr"] = lr
-        self._last_lr = [g["lr"].clone() if isinstance(g["lr"], torch.Tensor) else g["lr"]
-                         for g in self.optimizer.param_groups]
+        self._last_lr = [
+            g["lr"].clone() if isinstance(g["lr"], torch.Tensor) else g["lr"]
+            for g in self.optimizer.param_groups
+        ]
 
     def _base_of(self, hp: HyperParam, state: HDETState) -> float:
         if hp.target == "lr":
@@ -222,7 +244,10 @@ class HDETOneCycleLR(OneCycleLR):
                     "HDETOneCycleLR(fanout='shared_grad'): the optimizer's parameters belong to a "
                     "DistributedDataParallel module, which already averages the gradients, and the scheduler "
                     "averages them again (twice the communication). Pass model=<the DDP-wrapped module>: "
-                    "HDET then leaves the gradient average to DDP.", UserWarning, stacklevel=2)
+                    "HDET then leaves the gradient average to DDP.",
+                    UserWarning,
+                    stacklevel=2,
+                )
         fanouts.average_gradients(self._params, self.options.process_group)
 
     def annotate(self, **metrics: float) -> None:
@@ -309,15 +334,19 @@ class HDETOneCycleLR(OneCycleLR):
         for hp in self.explore:
             if hp.name == name:
                 return hp
-        raise KeyError(f"{name!r} is not an explored hyperparameter; explored: {[hp.name for hp in self.explore]}")
+        raise KeyError(
+            f"{name!r} is not an explored hyperparameter; explored: {[hp.name for hp in self.explore]}"
+        )
 
     # -- state ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """OneCycleLR's entries plus 'hdet' (`HDETState.state_dict()` and the applier bases). No model
         weights: the rollback snapshot stays out of checkpoints."""
         out = {k: self.__dict__[k] for k in self._onecycle_keys if k in self.__dict__}
-        out["hdet"] = {**self.state.state_dict(),
-                       "appliers": {k: a.state_dict() for k, a in self._appliers.items()}}
+        out["hdet"] = {
+            **self.state.state_dict(),
+            "appliers": {k: a.state_dict() for k, a in self._appliers.items()},
+        }
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -348,8 +377,14 @@ class HDETOneCycleLR(OneCycleLR):
         self._snapshot.close()
 
 
+_OPTION_FIELDS = frozenset(f.name for f in fields(HDETOptions))
+
+
 def _check_epoch(epoch: object) -> None:
-    if isinstance(epoch, torch.Tensor) and epoch.is_floating_point() or (
-            isinstance(epoch, float) and not epoch.is_integer()):
-        raise TypeError(f"HDETOneCycleLR.step({epoch!r}): a positional argument is OneCycleLR's deprecated "
-                        "epoch (a step index); pass the training loss as step(loss=...) or observe(loss)")
+    if (isinstance(epoch, torch.Tensor) and epoch.is_floating_point()) or (
+        isinstance(epoch, float) and not epoch.is_integer()
+    ):
+        raise TypeError(
+            f"HDETOneCycleLR.step({epoch!r}): a positional argument is OneCycleLR's deprecated "
+            "epoch (a step index); pass the training loss as step(loss=...) or observe(loss)"
+        )

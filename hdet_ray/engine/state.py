@@ -30,7 +30,9 @@ class HealthMemory:
     best_loss: float = math.inf
     """The lowest such median of the run."""
 
-    def assess(self, stats: Sequence[ReplicaStats], config: HealthConfig | None) -> tuple[list[bool], dict[int, str]]:
+    def assess(
+        self, stats: Sequence[ReplicaStats], config: HealthConfig | None
+    ) -> tuple[list[bool], dict[int, str]]:
         """(healthy flag per replica, reason per unhealthy one); with no config every replica is healthy."""
         if config is None:
             return [True] * len(stats), {}
@@ -38,7 +40,7 @@ class HealthMemory:
 
     def remember(self, losses: Sequence[float], healthy: Sequence[bool], rolled_back: bool) -> None:
         """After a window: the median of the healthy, finite losses becomes the reference."""
-        kept = sorted(x for x, ok in zip(losses, healthy) if ok and math.isfinite(x))
+        kept = sorted(x for x, ok in zip(losses, healthy, strict=True) if ok and math.isfinite(x))
         if kept and not rolled_back:
             self.previous_loss = kept[len(kept) // 2]
             self.best_loss = min(self.best_loss, self.previous_loss)

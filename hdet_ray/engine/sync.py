@@ -51,11 +51,12 @@ class Assignment:
             perms = spreads.balanced_permutations(n, names, options.seed, window)
         else:
             perms = {name: spreads.permutation(n, options.seed, window, name) for name in names}
-        opening = window == 0 and options.opening_spread is not None and n > 1
+        opening_spread = options.opening_spread if window == 0 and n > 1 else None
+        opening = opening_spread is not None
         every = {}
         for hp in explore:
-            if opening and hp.target == "lr":
-                levels = spreads.log_spread(n, options.opening_spread)
+            if opening_spread is not None and hp.target == "lr":
+                levels = spreads.log_spread(n, opening_spread)
             else:
                 levels = spreads.spread(hp.spread, n, hp.size)
             every[hp.name] = [levels[perms[hp.name][r]] for r in range(n)]
@@ -65,9 +66,19 @@ class Assignment:
 class WindowSync:
     """Carries out one sync for the scheduler; holds references to what it reads and changes."""
 
-    def __init__(self, *, options: HDETOptions, replicas: int, rank: int, params: Sequence[torch.Tensor],
-                 optimizer: torch.optim.Optimizer, controller: Controller, snapshot: Snapshot,
-                 base_of: Callable[[HyperParam, HDETState], float], total_steps: int) -> None:
+    def __init__(
+        self,
+        *,
+        options: HDETOptions,
+        replicas: int,
+        rank: int,
+        params: Sequence[torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        controller: Controller,
+        snapshot: Snapshot,
+        base_of: Callable[[HyperParam, HDETState], float],
+        total_steps: int,
+    ) -> None:
         self.options, self.replicas, self.rank = options, replicas, rank
         self.params, self.optimizer, self.controller = list(params), optimizer, controller
         self.snapshot, self.base_of, self.total_steps = snapshot, base_of, total_steps
@@ -76,8 +87,9 @@ class WindowSync:
 
     def tensors(self, with_optimizer: bool) -> list[torch.Tensor]:
         """What converges, in packing order: parameters, float buffers, optionally the optimizer's tensors."""
-        return converge.state_tensors(self.params, self.options.model,
-                                      self.optimizer if with_optimizer else None)
+        return converge.state_tensors(
+            self.params, self.options.model, self.optimizer if with_optimizer else None
+        )
 
     def __call__(self, state: HDETState, assignment: Assignment) -> WindowRecord:
         average_opt = self.options.optimizer_state == "average"
@@ -118,34 +130,53 @@ class WindowSync:
             rows = torch.stack(parts).cpu().tolist()  # the one host read of the window
         else:
             rows = [local.cpu().tolist()]
-        return [ReplicaStats(mean_loss=r[0], first_loss=r[1], tail_loss=r[2], min_loss=r[3],
-                             params_finite=r[4] > 0.5, count=int(r[5])) for r in rows]
+        return [
+            ReplicaStats(
+                mean_loss=r[0],
+                first_loss=r[1],
+                tail_loss=r[2],
+                min_loss=r[3],
+                params_finite=r[4] > 0.5,
+                count=int(r[5]),
+            )
+            for r in rows
+        ]
 
-    def window_input(self, state: HDETState, assignment: Assignment, stats: Sequence[ReplicaStats],
-                     healthy: Sequence[bool]) -> Window:
+    def window_input(
+        self, state: HDETState, assignment: Assignment, stats: Sequence[ReplicaStats], healthy: Sequence[bool]
+    ) -> Window:
         offsets = state.controller.offsets
         params = {}
         for hp in self.explore:
             base = self.base_of(hp, state)
             mults = assignment.all[hp.name]
             params[hp.name] = ParamWindow(
-                scale=hp.scale, base=base, offset=offsets[hp.name],
+                scale=hp.scale,
+                base=base,
+                offset=offsets[hp.name],
                 coords=tuple(spreads.coordinates(mults, "log" if hp.scale == "log" else "linear")),
                 values=tuple(hp.value(base, offsets[hp.name], m) for m in mults),
-                offset_bounds=hp.offset_bounds)
+                offset_bounds=hp.offset_bounds,
+            )
         losses = tuple(s.mean_loss if (s.count and math.isfinite(s.mean_loss)) else math.nan for s in stats)
-        return Window(window=state.window, step=state.steps_done, total_steps=self.total_steps,
-                      losses=losses, healthy=tuple(healthy), params=params, opening=assignment.opening)
+        return Window(
+            window=state.window,
+            step=state.steps_done,
+            total_steps=self.total_steps,
+            losses=losses,
+            healthy=tuple(healthy),
+            params=params,
+            opening=assignment.opening,
+        )
 
     def decide(self, state: HDETState, window: Window, record: WindowRecord) -> Decision:
         if self.options.decide is None:
             state.controller, decision = self.controller.decide(state.controller, window)
             return decision
-        decision = self.options.decide(window, record) if self.rank == 0 else None
-        if self.replicas == 1:
-            assert decision is not None
-            return decision
-        return broadcast_decision(decision, self.codec, self.options.process_group)
+        mine = self.options.decide(window, record) if self.rank == 0 else None
+        if self.replicas == 1 and mine is not None:
+            return mine
+        return broadcast_decision(mine, self.codec, self.options.process_group)
 
     def finite_mean(self, state: HDETState, stats: Sequence[ReplicaStats]) -> list[float]:
         """Weights of a rollback without a snapshot: the plain mean of the replicas with finite parameters."""

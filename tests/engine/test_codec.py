@@ -15,12 +15,21 @@ from tests.engine.conftest import run_ranks
 NAMES = ["lr", "wd"]
 
 
-@pytest.mark.parametrize("decision", [
-    Decision(offsets={"lr": 0.25, "wd": -1.5}, weights=(0.5, 0.0, 0.25, 0.25), acted=True,
-             signal={"lr": 0.1}, velocity={"lr": 0.05, "wd": -0.2}, note="moved: slope 0.31 ≥ noise"),
-    Decision(offsets={"lr": math.log(0.5), "wd": 0.0}, weights=(), rollback=True, note="rollback"),
-    Decision(offsets={"lr": 0.0, "wd": 0.0}, weights=(0.25,) * 4, diverged=True, note=""),
-])
+@pytest.mark.parametrize(
+    "decision",
+    [
+        Decision(
+            offsets={"lr": 0.25, "wd": -1.5},
+            weights=(0.5, 0.0, 0.25, 0.25),
+            acted=True,
+            signal={"lr": 0.1},
+            velocity={"lr": 0.05, "wd": -0.2},
+            note="moved: slope 0.31 ≥ noise",
+        ),
+        Decision(offsets={"lr": math.log(0.5), "wd": 0.0}, weights=(), rollback=True, note="rollback"),
+        Decision(offsets={"lr": 0.0, "wd": 0.0}, weights=(0.25,) * 4, diverged=True, note=""),
+    ],
+)
 def test_codec_round_trips_a_decision(decision):
     codec = DecisionCodec(NAMES, 4)
     buf = codec.encode(decision)
@@ -49,11 +58,17 @@ def two_ranks(rank, world):
 
     def decide(window, record):  # given on every rank, called on rank 0 only
         assert rank == 0
-        return Decision(offsets={"lr": 0.125}, weights=(0.75, 0.25), acted=True, signal={"lr": 0.5},
-                        note=f"from rank 0 at window {window.window}")
+        return Decision(
+            offsets={"lr": 0.125},
+            weights=(0.75, 0.25),
+            acted=True,
+            signal={"lr": 0.5},
+            note=f"from rank 0 at window {window.window}",
+        )
 
-    s = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5, fanout="local", model=model,
-                       decide=decide)
+    s = HDETOneCycleLR(
+        opt, max_lr=0.1, total_steps=10, sync_every=5, fanout="local", model=model, decide=decide
+    )
     for _ in range(5):
         opt.step()
         s.step(loss=torch.tensor(1.0 + rank))
@@ -77,8 +92,9 @@ def two_ranks(rank, world):
         HDETOneCycleLR(opt2, max_lr=0.1, total_steps=10, fanout="shared_grad", model=ddp2)
         ddp2(torch.randn(4, 3)).sum().backward()
         opt2.step()
-        HDETOneCycleLR(torch.optim.SGD(ddp2.parameters(), lr=0.1), max_lr=0.1, total_steps=10, fanout="local",
-                       model=ddp2)
+        HDETOneCycleLR(
+            torch.optim.SGD(ddp2.parameters(), lr=0.1), max_lr=0.1, total_steps=10, fanout="local", model=ddp2
+        )
     out["told"] = [str(w.message) for w in seen if "DDP" in str(w.message) or "Distributed" in str(w.message)]
     return out
 

@@ -118,7 +118,7 @@ def test_tensor_lr_is_filled_in_place_and_get_last_lr_returns_copies():
     lr_tensor = opt.param_groups[0]["lr"]
     twin = torch.optim.Adam(torch.nn.Linear(4, 2).parameters(), lr=torch.tensor(0.01))
     ref = OneCycleLR(twin, max_lr=0.1, total_steps=20)
-    s = HDETOneCycleLR(opt, max_lr=0.1, total_steps=20, sync_every=5)
+    s = HDETOneCycleLR(opt, max_lr=0.1, total_steps=20, sync_every=1)
     first = s.get_last_lr()[0]
     assert opt.param_groups[0]["lr"] is lr_tensor and first is not lr_tensor
     before = float(first)
@@ -130,6 +130,7 @@ def test_tensor_lr_is_filled_in_place_and_get_last_lr_returns_copies():
         assert opt.param_groups[0]["lr"] is lr_tensor
         assert torch.equal(s.get_last_lr()[0], ref.get_last_lr()[0])
     assert float(first) == before  # the value returned after construction did not move with the optimizer
+    assert '"base": 0.' in s.records[0].to_json()  # the records hold plain numbers
     s.get_last_lr()[0].fill_(123.0)
     assert float(lr_tensor) != 123.0
 
@@ -137,7 +138,10 @@ def test_tensor_lr_is_filled_in_place_and_get_last_lr_returns_copies():
 def test_one_process_equals_onecycle_even_with_blown_up_and_nan_losses():
     _, a = _opt()
     _, b = _opt()
-    ref, ours = OneCycleLR(a, max_lr=0.5, total_steps=60), HDETOneCycleLR(b, max_lr=0.5, total_steps=60, sync_every=5)
+    ref, ours = (
+        OneCycleLR(a, max_lr=0.5, total_steps=60),
+        HDETOneCycleLR(b, max_lr=0.5, total_steps=60, sync_every=5),
+    )
     losses = [1.0] * 10 + [50.0] * 10 + [math.nan] * 10 + [2.3] * 30
     for loss in losses:
         a.step()
@@ -151,7 +155,9 @@ def test_one_process_equals_onecycle_even_with_blown_up_and_nan_losses():
 
 def test_one_process_health_checks_are_opt_in():
     _, b = _opt()
-    ours = HDETOneCycleLR(b, max_lr=0.5, total_steps=60, sync_every=5, health=HealthConfig(), rollback="memory")
+    ours = HDETOneCycleLR(
+        b, max_lr=0.5, total_steps=60, sync_every=5, health=HealthConfig(), rollback="memory"
+    )
     assert ours.rollback_bytes == 4 * (4 * 2 + 2)  # one float32 copy of the parameters
     for loss in [1.0] * 5 + [math.nan] * 5:
         b.step()
@@ -226,13 +232,16 @@ def test_diverged_error_survives_pickling():
     assert str(e) == "HDET run diverged at window 3 (step 75): every replica non-finite"
 
 
-@pytest.mark.parametrize(("field", "value", "pattern"), [
-    ("rollback", "disk", r"rollback must be one of \('memory', 'off'\)"),
-    ("sync_every", 0, r"sync_every must be an integer >= 1"),
-    ("noise", -0.1, r"noise must be >= 0"),
-    ("opening_spread", 0.5, r"opening_spread must be >= 1"),
-    ("health", {"blowup_factor": 3}, r"health must be a HealthConfig"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "pattern"),
+    [
+        ("rollback", "disk", r"rollback must be one of \('memory', 'off'\)"),
+        ("sync_every", 0, r"sync_every must be an integer >= 1"),
+        ("noise", -0.1, r"noise must be >= 0"),
+        ("opening_spread", 0.5, r"opening_spread must be >= 1"),
+        ("health", {"blowup_factor": 3}, r"health must be a HealthConfig"),
+    ],
+)
 def test_bad_options_name_the_field_and_range(field, value, pattern):
     _, b = _opt()
     with pytest.raises(ValueError, match=pattern):

@@ -32,8 +32,9 @@ COS_MOMENTUM = [_cos(22, 1, k / 2) for k in range(3)] + [_cos(1, 22, k / 7) for 
 
 
 def _sgd(groups=1):
-    return torch.optim.SGD([{"params": [torch.nn.Parameter(torch.zeros(2))]} for _ in range(groups)],
-                           lr=0.05, momentum=0.9)
+    return torch.optim.SGD(
+        [{"params": [torch.nn.Parameter(torch.zeros(2))]} for _ in range(groups)], lr=0.05, momentum=0.9
+    )
 
 
 def _run(sched, opt, steps=10, key="momentum"):
@@ -48,15 +49,26 @@ def _run(sched, opt, steps=10, key="momentum"):
 
 
 @BOTH
-@pytest.mark.parametrize(("anneal", "three_phase", "lr", "momentum"), [
-    ("linear", False, LINEAR_LR, LINEAR_MOMENTUM),
-    ("linear", True, THREE_PHASE_LR, THREE_PHASE_MOMENTUM),
-    ("cos", False, COS_LR, COS_MOMENTUM),
-])
+@pytest.mark.parametrize(
+    ("anneal", "three_phase", "lr", "momentum"),
+    [
+        ("linear", False, LINEAR_LR, LINEAR_MOMENTUM),
+        ("linear", True, THREE_PHASE_LR, THREE_PHASE_MOMENTUM),
+        ("cos", False, COS_LR, COS_MOMENTUM),
+    ],
+)
 def test_values_match_the_hand_computed_lists(cls, anneal, three_phase, lr, momentum):
     opt = _sgd()
-    s = cls(opt, max_lr=25, final_div_factor=2, base_momentum=1, max_momentum=22, total_steps=10,
-            anneal_strategy=anneal, three_phase=three_phase)
+    s = cls(
+        opt,
+        max_lr=25,
+        final_div_factor=2,
+        base_momentum=1,
+        max_momentum=22,
+        total_steps=10,
+        anneal_strategy=anneal,
+        three_phase=three_phase,
+    )
     lrs, moms = _run(s, opt, 9)  # the 10th value is set by the 9th step; stepping past 10 raises
     lrs.append(opt.param_groups[0]["lr"])
     moms.append(opt.param_groups[0]["momentum"])
@@ -67,18 +79,34 @@ def test_values_match_the_hand_computed_lists(cls, anneal, three_phase, lr, mome
 @BOTH
 def test_adam_cycles_beta1(cls):
     opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=0.05, betas=(0.9, 0.999))
-    s = cls(opt, max_lr=25, final_div_factor=2, base_momentum=1, max_momentum=22, total_steps=10,
-            anneal_strategy="linear")
+    s = cls(
+        opt,
+        max_lr=25,
+        final_div_factor=2,
+        base_momentum=1,
+        max_momentum=22,
+        total_steps=10,
+        anneal_strategy="linear",
+    )
     lrs, moms = _run(s, opt, 9, key="betas")
-    assert lrs == pytest.approx(LINEAR_LR[:9], rel=1e-12) and moms == pytest.approx(LINEAR_MOMENTUM[:9], rel=1e-12)
+    assert lrs == pytest.approx(LINEAR_LR[:9], rel=1e-12) and moms == pytest.approx(
+        LINEAR_MOMENTUM[:9], rel=1e-12
+    )
     assert opt.param_groups[0]["betas"][1] == 0.999
 
 
 @BOTH
 def test_epochs_times_steps_per_epoch_and_a_max_lr_per_group(cls):
     opt = _sgd(groups=2)
-    s = cls(opt, max_lr=[25, 50], epochs=2, steps_per_epoch=5, final_div_factor=2, anneal_strategy="linear",
-            cycle_momentum=False)
+    s = cls(
+        opt,
+        max_lr=[25, 50],
+        epochs=2,
+        steps_per_epoch=5,
+        final_div_factor=2,
+        anneal_strategy="linear",
+        cycle_momentum=False,
+    )
     assert s.total_steps == 10
     seen = []
     for _ in range(9):
@@ -102,15 +130,18 @@ def test_stepping_past_total_steps_raises(cls):
 
 
 @BOTH
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"total_steps": 10, "anneal_strategy": "exp"}, "anneal_strategy must be one of 'cos' or 'linear'"),
-    ({"total_steps": 10, "pct_start": 1.1}, "Expected float between 0 and 1 pct_start"),
-    ({"total_steps": 10, "pct_start": -0.1}, "Expected float between 0 and 1 pct_start"),
-    ({}, "You must define either total_steps OR"),
-    ({"epochs": 2}, "steps_per_epoch"),
-    ({"total_steps": -1}, "Expected positive integer total_steps"),
-    ({"total_steps": 10, "max_lr": [1.0, 2.0]}, "max_lr must have the same length"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"total_steps": 10, "anneal_strategy": "exp"}, "anneal_strategy must be one of 'cos' or 'linear'"),
+        ({"total_steps": 10, "pct_start": 1.1}, "Expected float between 0 and 1 pct_start"),
+        ({"total_steps": 10, "pct_start": -0.1}, "Expected float between 0 and 1 pct_start"),
+        ({}, "You must define either total_steps OR"),
+        ({"epochs": 2}, "steps_per_epoch"),
+        ({"total_steps": -1}, "Expected positive integer total_steps"),
+        ({"total_steps": 10, "max_lr": [1.0, 2.0]}, "max_lr must have the same length"),
+    ],
+)
 def test_bad_arguments_raise_onecycles_errors(cls, kwargs, match):
     kwargs = {"max_lr": 1.0, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -127,15 +158,29 @@ def test_cycle_momentum_needs_an_optimizer_with_momentum(cls):
 @BOTH
 def test_state_dict_pickles_and_resumes(cls):
     opt = _sgd()
-    s = cls(opt, max_lr=25, final_div_factor=2, base_momentum=1, max_momentum=22, total_steps=10,
-            anneal_strategy="linear")
+    s = cls(
+        opt,
+        max_lr=25,
+        final_div_factor=2,
+        base_momentum=1,
+        max_momentum=22,
+        total_steps=10,
+        anneal_strategy="linear",
+    )
     for _ in range(4):
         opt.step()
         s.step()
     saved = pickle.loads(pickle.dumps(s.state_dict()))
     opt2 = _sgd()
-    s2 = cls(opt2, max_lr=25, final_div_factor=2, base_momentum=1, max_momentum=22, total_steps=10,
-             anneal_strategy="linear")
+    s2 = cls(
+        opt2,
+        max_lr=25,
+        final_div_factor=2,
+        base_momentum=1,
+        max_momentum=22,
+        total_steps=10,
+        anneal_strategy="linear",
+    )
     s2.load_state_dict(saved)
     assert s2.last_epoch == 4 and s2.get_last_lr() == s.get_last_lr()
     lrs, _ = _run(s2, opt2, 5)
@@ -145,7 +190,9 @@ def test_state_dict_pickles_and_resumes(cls):
 @BOTH
 def test_get_last_lr_and_last_epoch_follow_each_step(cls):
     opt = _sgd()
-    s = cls(opt, max_lr=25, final_div_factor=2, total_steps=10, anneal_strategy="linear", cycle_momentum=False)
+    s = cls(
+        opt, max_lr=25, final_div_factor=2, total_steps=10, anneal_strategy="linear", cycle_momentum=False
+    )
     assert s.last_epoch == 0 and s.get_last_lr() == [pytest.approx(1.0)]
     for k in range(1, 9):
         opt.step()
