@@ -14,6 +14,15 @@ from torch.optim.lr_scheduler import OneCycleLR
 
 from hdet_ray import HDETOneCycleLR
 
+# the arguments of the hand-computed cases
+LINEAR = {
+    "max_lr": 25,
+    "final_div_factor": 2,
+    "base_momentum": 1,
+    "max_momentum": 22,
+    "total_steps": 10,
+    "anneal_strategy": "linear",
+}
 BOTH = pytest.mark.parametrize("cls", [OneCycleLR, HDETOneCycleLR], ids=["OneCycleLR", "HDETOneCycleLR"])
 # linear, two phases: 1 -> 25 over steps 0..2, then 25 -> 0.5 over steps 2..9 (7 equal steps of 3.5)
 LINEAR_LR = [1, 13, 25, 21.5, 18, 14.5, 11, 7.5, 4, 0.5]
@@ -59,16 +68,7 @@ def _run(sched, opt, steps=10, key="momentum"):
 )
 def test_values_match_the_hand_computed_lists(cls, anneal, three_phase, lr, momentum):
     opt = _sgd()
-    s = cls(
-        opt,
-        max_lr=25,
-        final_div_factor=2,
-        base_momentum=1,
-        max_momentum=22,
-        total_steps=10,
-        anneal_strategy=anneal,
-        three_phase=three_phase,
-    )
+    s = cls(opt, **{**LINEAR, "anneal_strategy": anneal}, three_phase=three_phase)
     lrs, moms = _run(s, opt, 9)  # the 10th value is set by the 9th step; stepping past 10 raises
     lrs.append(opt.param_groups[0]["lr"])
     moms.append(opt.param_groups[0]["momentum"])
@@ -79,15 +79,7 @@ def test_values_match_the_hand_computed_lists(cls, anneal, three_phase, lr, mome
 @BOTH
 def test_adam_cycles_beta1(cls):
     opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=0.05, betas=(0.9, 0.999))
-    s = cls(
-        opt,
-        max_lr=25,
-        final_div_factor=2,
-        base_momentum=1,
-        max_momentum=22,
-        total_steps=10,
-        anneal_strategy="linear",
-    )
+    s = cls(opt, **LINEAR)
     lrs, moms = _run(s, opt, 9, key="betas")
     assert lrs == pytest.approx(LINEAR_LR[:9], rel=1e-12) and moms == pytest.approx(
         LINEAR_MOMENTUM[:9], rel=1e-12
@@ -158,29 +150,13 @@ def test_cycle_momentum_needs_an_optimizer_with_momentum(cls):
 @BOTH
 def test_state_dict_pickles_and_resumes(cls):
     opt = _sgd()
-    s = cls(
-        opt,
-        max_lr=25,
-        final_div_factor=2,
-        base_momentum=1,
-        max_momentum=22,
-        total_steps=10,
-        anneal_strategy="linear",
-    )
+    s = cls(opt, **LINEAR)
     for _ in range(4):
         opt.step()
         s.step()
     saved = pickle.loads(pickle.dumps(s.state_dict()))
     opt2 = _sgd()
-    s2 = cls(
-        opt2,
-        max_lr=25,
-        final_div_factor=2,
-        base_momentum=1,
-        max_momentum=22,
-        total_steps=10,
-        anneal_strategy="linear",
-    )
+    s2 = cls(opt2, **LINEAR)
     s2.load_state_dict(saved)
     assert s2.last_epoch == 4 and s2.get_last_lr() == s.get_last_lr()
     lrs, _ = _run(s2, opt2, 5)
