@@ -164,7 +164,8 @@ class HDETOneCycleLR(OneCycleLR):
         """Every replica starts where rank 0 does (as DDP does), plus its own noise if asked."""
         start = self._sync.tensors(False)
         converge.broadcast_state(start, group=self.options.process_group)
-        self._snapshot.keep(converge.pack(start), start, False)
+        if self._snapshot.mode == "memory":  # with 'off' no copy is made at all
+            self._snapshot.keep(converge.pack(start), start, False)
         if self.options.noise > 0.0:
             self._add_noise(self.options.noise)
         self._assignment = Assignment.draw(self.options, self.replicas, self.rank, self.state.window)
