@@ -3,7 +3,7 @@ averaged every 25 steps, and the controller moves the base rate.
 
     torchrun --nproc_per_node 4 examples/digits_hdet.py
 
-The diff against examples/digits_onecycle.py is the import, the scheduler line, `scheduler.step(loss)` and
+The diff against examples/digits_onecycle.py is the import, the scheduler line, `scheduler.step(loss=loss)` and
 printing the trajectory. The default max_lr (0.003) is ~10x too low for this model: watch the base move.
 """
 
@@ -43,7 +43,7 @@ for step in range(args.steps):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    scheduler.step(loss)
+    scheduler.step(loss=loss)
     if rank == 0 and (step + 1) % 100 == 0:
         print(f"step {step + 1}: loss {loss.item():.4f} lr {optimizer.param_groups[0]['lr']:.2e}")
 

@@ -105,7 +105,7 @@ class Replica:
             loss.backward()
             self.optimizer.step()
             self.step += 1
-            sched.step(loss)
+            sched.step(loss=loss)
             if self.step == spec.steps:
                 sched.finish()
             if sched.window != window_before:

@@ -28,12 +28,8 @@ def single_reduce(scheduler: HDETOneCycleLR, wrapped: torch.nn.Module | None) ->
     gradients: drop the scheduler's own shared_grad average so they are all-reduced once, not twice."""
     if not isinstance(wrapped, torch.nn.parallel.DistributedDataParallel):
         return
-    hook = getattr(scheduler, "_h_grad_hook", None)
-    if hook is None:
+    if not scheduler.use_ddp(wrapped):
         return
-    hook.remove()
-    scheduler._h_grad_hook = None
-    scheduler.model = wrapped
     warnings.warn(
         "HDETCallback: the trainer wrapped the model in DDP, which averages gradients; HDET's own "
         "gradient average is switched off (pass the DDP-wrapped model as `model=` to avoid this)",

@@ -30,7 +30,7 @@ def _run_one_window(model, opt, sched, n=5):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        sched.step(loss.detach())
+        sched.step(loss=loss.detach())
 
 
 def test_group_key_module_attribute_and_per_group_rate_follow_their_offsets():
@@ -123,7 +123,7 @@ def test_records_serialize_to_strict_json_and_back():
     sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5)
     for _ in range(5):
         opt.step()
-        sched.step(torch.tensor(math.nan))
+        sched.step(loss=torch.tensor(math.nan))
     rec = sched.records[0]
     text = rec.to_json()  # allow_nan=False: NaN becomes null
     data = json.loads(text)
@@ -141,7 +141,7 @@ def test_non_persistent_buffers_are_neither_averaged_nor_judged():
     sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5, model=model)
     for _ in range(5):
         opt.step()
-        sched.step(torch.tensor(1.0))
+        sched.step(loss=torch.tensor(1.0))
     rec = sched.records[0]
     assert rec.healthy == [True] and not rec.rollback
     assert torch.isinf(model.mask).all()

@@ -76,7 +76,7 @@ def spread_and_converge(rank, world, auto_lr):
         syncing = (step + 1) % 5 == 0
         if syncing:
             out["pre"].append(_flat(model))
-        sched.step(scripted)
+        sched.step(loss=scripted)
         (out["per_sync_collectives"] if syncing else out["per_step_collectives"]).append(counter.take())
         if syncing:
             out["post"].append(_flat(model))
@@ -209,7 +209,7 @@ def nan_and_rollback(rank, world, fanout):
         loss = train_step(poison=(rank == 2 and step == 2))
         if step == 4:
             out["pre"] = _flat(model)
-        sched.step(loss.detach())
+        sched.step(loss=loss.detach())
     out["post"] = _flat(model)
     out["record0"] = sched.records[0].to_dict()
     # window 0 lost a replica, so its survivors are not trusted as a rollback target: the last state from a
@@ -218,14 +218,14 @@ def nan_and_rollback(rank, world, fanout):
     lr_before = sched.offsets["lr"]
     for step in range(5):  # window 1: every rank NaN -> roll back to the window-0 state, cut the rate
         loss = train_step(poison=(step == 3))
-        sched.step(loss.detach())
+        sched.step(loss=loss.detach())
     out["rolled_back_to_snapshot"] = torch.equal(_flat(model), snapshot)
     out["offset_drop"] = sched.offsets["lr"] - lr_before
     out["record1"] = sched.records[1].to_dict()
     try:
         for step in range(5):  # window 2: all NaN again -> 2 consecutive rollbacks > max_rollbacks 1
             loss = train_step(poison=(step == 1))
-            sched.step(loss.detach())
+            sched.step(loss=loss.detach())
     except HDETDivergedError as e:
         out["diverged"] = (str(e), e.window)
     return out

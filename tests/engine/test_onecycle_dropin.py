@@ -59,7 +59,7 @@ def test_values_equal_onecycle_exactly(opt_cls, anneal, three_phase):
             loss.backward()
             opt.step()
         ref.step()
-        ours.step(loss.detach())
+        ours.step(loss=loss.detach())
     assert len(ours.records) == 120 // 50  # one replica still syncs (a no-op average) every 50 steps
 
 
@@ -76,7 +76,7 @@ def test_state_dict_mid_run_reproduces_the_rest_exactly(opt_cls):
         if step >= 37:
             rest.append((b.param_groups[0]["lr"], _momentum(b)))
         b.step()
-        ours.step(torch.tensor(1.0 / (step + 1)))
+        ours.step(loss=torch.tensor(1.0 / (step + 1)))
     _, _, _, b2, _, fresh = _pair(opt_cls, **kw)
     b2.load_state_dict(saved_opt)
     fresh.load_state_dict(saved)
@@ -84,7 +84,7 @@ def test_state_dict_mid_run_reproduces_the_rest_exactly(opt_cls):
     for step in range(37, 89):
         again.append((b2.param_groups[0]["lr"], _momentum(b2)))
         b2.step()
-        fresh.step(torch.tensor(1.0 / (step + 1)))
+        fresh.step(loss=torch.tensor(1.0 / (step + 1)))
     assert again == rest
     assert [r.to_dict() for r in fresh.records] == [r.to_dict() for r in ours.records]
 
@@ -123,10 +123,10 @@ def test_step_with_a_loss_never_reads_it_on_the_host():
     sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=200, sync_every=100)
     CountingTensor.reads = 0
     for i in range(99):
-        sched.step(torch.tensor(1.0 + i).as_subclass(CountingTensor))
+        sched.step(loss=torch.tensor(1.0 + i).as_subclass(CountingTensor))
     assert CountingTensor.reads == 0
     assert len(sched.records) == 0
-    sched.step(torch.tensor(5.0).as_subclass(CountingTensor))  # the sync reads the window once
+    sched.step(loss=torch.tensor(5.0).as_subclass(CountingTensor))  # the sync reads the window once
     assert len(sched.records) == 1
     assert sched.records[0].losses == [pytest.approx(sum(range(1, 100)) / 100 + 5.0 / 100)]
 
@@ -138,5 +138,5 @@ def test_scheduler_leaves_the_global_rng_alone():
     sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=100, sync_every=10, noise=0.01, model=model, seed=3)
     for _ in range(100):
         opt.step()
-        sched.step(torch.tensor(1.0))
+        sched.step(loss=torch.tensor(1.0))
     assert torch.equal(torch.random.get_rng_state(), state)

@@ -1,0 +1,118 @@
+"""`HDETOptions`: the keyword-only HDET options of `HDETOneCycleLR`, checked when built.
+
+Every check names the field and the range it allows. Defaults that depend on the run (the schedule's
+length, the number of replicas) are `None` here and resolved by `resolve`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hdet_ray.core.controller import DEFAULT_CONTROLLER, Controller, Decision, Window
+from hdet_ray.core.health import HealthConfig
+from hdet_ray.core.hyperparams import HyperParam, learning_rate
+from hdet_ray.core.records import WindowRecord
+from hdet_ray.engine.converge import OPTIMIZER_STATE_POLICIES
+
+FANOUT_MODES = ("local", "shared_grad")
+ROLLBACK_MODES = ("memory", "off")
+DEFAULT_SYNC_EVERY = 50
+DecideFn = Callable[[Window, WindowRecord], Decision]
+
+
+@dataclass(kw_only=True, frozen=True)
+class HDETOptions:
+    sync_every: int | None = None
+    """T, steps between syncs; None: min(50, total_steps)."""
+    explore: Sequence[HyperParam] | None = None
+    """The hyperparameters to explore; None: the learning rate, log spread factor 2."""
+    fanout: str = "shared_grad"
+    """'shared_grad' (the paper's: gradients averaged every step, each rank applies its own rate) or 'local'
+    (no collective between syncs)."""
+    controller: str | Controller = DEFAULT_CONTROLLER
+    """'evidence' (the default), 'slope', 'paper', 'hold', or a `Controller` instance."""
+    controller_settings: dict[str, Any] | None = None
+    """Keyword settings for a controller given by name."""
+    auto_lr: bool = True
+    """False holds every offset (HDET without auto-LR: spread and averaging only)."""
+    health: HealthConfig | None = None
+    """When a replica is unhealthy; None: `HealthConfig()` with several replicas, no checks with one."""
+    optimizer_state: str | None = None
+    """'average' | 'keep' | 'reset' at each sync; None: 'keep' under shared_grad (the moments already agree),
+    else 'average'."""
+    rollback: str | None = None
+    """'memory': keep the last healthy converged state in memory to restore when every replica fails;
+    'off': keep nothing (such a window continues from the mean of the finite replicas at the cut rate);
+    None: 'memory' with several replicas, 'off' with one."""
+    balanced: bool = False
+    """Assign multipliers so that explored hyperparameters are uncorrelated across replicas."""
+    opening_spread: float | None = None
+    """A log-spread factor for the first window's rate (a range test across replicas)."""
+    model: Any = None
+    """The module whose parameters the optimizer holds (or its DDP wrapper): buffers, `module:` targets,
+    `noise`. With a DDP-wrapped model, DDP averages the gradients and HDET does not."""
+    noise: float = 0.0
+    """nu of the warm noisy start (per-rank Gaussian noise of std nu * ||theta|| / sqrt(d))."""
+    seed: int = 0
+    """The job seed: permutations and noise derive from it; the global RNG is never touched."""
+    process_group: Any = None
+    """The replicas' group (default: the default group, or one replica without one)."""
+    decide: DecideFn | None = None
+    """Called on rank 0 instead of the in-process controller (the Ray layer's actor); its Decision is
+    broadcast to every rank."""
+    on_record: Callable[[WindowRecord], None] | None = None
+    """Called on rank 0 with every completed `WindowRecord`."""
+
+    def __post_init__(self) -> None:
+        if self.sync_every is not None and (
+            isinstance(self.sync_every, bool) or not isinstance(self.sync_every, int) or self.sync_every < 1
+        ):
+            raise ValueError(f"sync_every must be an integer >= 1, got {self.sync_every!r}")
+        _one_of("fanout", self.fanout, FANOUT_MODES)
+        if self.optimizer_state is not None:
+            _one_of("optimizer_state", self.optimizer_state, OPTIMIZER_STATE_POLICIES)
+        if self.rollback is not None:
+            _one_of("rollback", self.rollback, ROLLBACK_MODES)
+        if self.opening_spread is not None and not self.opening_spread >= 1.0:
+            raise ValueError(f"opening_spread must be >= 1 (a log-spread factor), got {self.opening_spread}")
+        if not self.noise >= 0.0:
+            raise ValueError(f"noise must be >= 0, got {self.noise}")
+        if isinstance(self.controller, Controller):
+            if self.controller_settings:
+                raise ValueError("controller_settings applies only to a controller given by name")
+        elif not isinstance(self.controller, str):
+            raise ValueError(f"controller must be a name or a Controller instance, got {self.controller!r}")
+        if self.health is not None and not isinstance(self.health, HealthConfig):
+            raise ValueError(f"health must be a HealthConfig or None, got {type(self.health).__name__}")
+        if self.explore is not None:
+            names = [hp.name for hp in self.explore]
+            if len(set(names)) != len(names):
+                raise ValueError(f"explore: hyperparameter names must be unique, got {names}")
+
+    def resolve(self, total_steps: int, replicas: int) -> HDETOptions:
+        """These options with every run-dependent default filled in."""
+        sync_every = min(DEFAULT_SYNC_EVERY, total_steps) if self.sync_every is None else self.sync_every
+        if not sync_every <= total_steps:
+            raise ValueError(
+                f"sync_every must be an integer in [1, total_steps={total_steps}], got {sync_every!r}"
+            )
+        explore = list(self.explore) if self.explore is not None else [learning_rate()]
+        if not any(hp.target == "lr" for hp in explore):
+            explore.insert(0, HyperParam(name="lr", target="lr", size=1.0))  # the rate a rollback cuts
+        many = replicas > 1
+        return replace(
+            self,
+            seed=int(self.seed),
+            sync_every=sync_every,
+            explore=tuple(explore),
+            optimizer_state=self.optimizer_state or ("keep" if self.fanout == "shared_grad" else "average"),
+            health=self.health if self.health is not None or not many else HealthConfig(),
+            rollback=self.rollback or ("memory" if many else "off"),
+        )
+
+
+def _one_of(field: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{field} must be one of {allowed}, got {value!r}")

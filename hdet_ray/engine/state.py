@@ -1,0 +1,101 @@
+"""What an HDET run carries from window to window, with an explicit `state_dict`.
+
+`HDETState` is everything `HDETOneCycleLR` needs to continue a run exactly (schedule position inside the
+window, window accumulators, controller state, trajectory, health memory); OneCycleLR's own attributes stay
+on the scheduler. The rollback snapshot is not here: the model's checkpoint already holds the weights
+(see `engine/rollback.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from hdet_ray.core.controller import ControllerState
+from hdet_ray.core.health import HealthConfig, ReplicaStats, assess, start_loss
+from hdet_ray.core.records import WindowRecord
+from hdet_ray.engine.window import WindowLoss
+
+
+@dataclass
+class HealthMemory:
+    """What `core.health.assess` needs from earlier windows; the one place that calls it."""
+
+    previous_loss: float = math.nan
+    """The last converged window's median healthy loss."""
+    best_loss: float = math.inf
+    """The lowest such median of the run."""
+    initial_loss: float = math.nan
+    """The first window's starting loss: where the untrained model sits (health's default chance level)."""
+
+    def assess(
+        self, stats: Sequence[ReplicaStats], config: HealthConfig | None
+    ) -> tuple[list[bool], dict[int, str]]:
+        """(healthy flag per replica, reason per unhealthy one); with no config every replica is healthy."""
+        if config is None:
+            return [True] * len(stats), {}
+        if not math.isfinite(self.initial_loss):
+            self.initial_loss = start_loss(stats)
+        return assess(stats, config, self.previous_loss, self.best_loss, self.initial_loss)
+
+    def remember(self, losses: Sequence[float], healthy: Sequence[bool], rolled_back: bool) -> None:
+        """After a window: the median of the healthy, finite losses becomes the reference."""
+        kept = sorted(x for x, ok in zip(losses, healthy, strict=True) if ok and math.isfinite(x))
+        if kept and not rolled_back:
+            self.previous_loss = kept[len(kept) // 2]
+            self.best_loss = min(self.best_loss, self.previous_loss)
+
+    def state_dict(self) -> dict[str, float]:
+        return {"previous_loss": self.previous_loss, "best_loss": self.best_loss,
+                "initial_loss": self.initial_loss}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.previous_loss = float(state["previous_loss"])
+        self.best_loss = float(state["best_loss"])
+        self.initial_loss = float(state.get("initial_loss", math.nan))
+
+
+@dataclass
+class HDETState:
+    controller: ControllerState
+    loss: WindowLoss
+    """This rank's accumulators for the current window (on the loss's device)."""
+    base_now: list[float]
+    """OneCycle's value per param group at the current step, before offsets and multipliers."""
+    window: int = 0
+    steps_done: int = 0
+    """Steps this scheduler has counted (a resumed plain OneCycleLR starts at its `last_epoch`)."""
+    in_window: int = 0
+    """Steps taken in the current window."""
+    records: list[WindowRecord] = field(default_factory=list)
+    pending: dict[str, float] = field(default_factory=dict)
+    """Metrics given to `annotate`, attached to the next window's record."""
+    health: HealthMemory = field(default_factory=HealthMemory)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "steps_done": self.steps_done,
+            "in_window": self.in_window,
+            "loss": self.loss.state_dict(),
+            "controller": self.controller.to_dict(),
+            "records": [r.to_dict() for r in self.records],
+            "base_now": list(self.base_now),
+            "pending": dict(self.pending),
+            "health": self.health.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
+        self.window, self.in_window = int(state["window"]), int(state["in_window"])
+        self.steps_done = int(state["steps_done"])
+        self.loss.load_state_dict(state["loss"], device)
+        self.controller = ControllerState.from_dict(state["controller"])
+        self.records = [WindowRecord.from_dict(r) for r in state["records"]]
+        self.base_now = [float(x) for x in state["base_now"]]
+        self.pending = dict(state["pending"])
+        # checkpoints written before the health memory had its own entry kept its two numbers at the top
+        self.health.load_state_dict(state.get("health") or state)

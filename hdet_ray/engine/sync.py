@@ -1,0 +1,192 @@
+"""One sync window, in the order of DESIGN.md section 2.
+
+1. each rank's window statistics are all-gathered (the one host read of the window);
+2. health marks the replicas to leave out (`HealthMemory.assess`);
+3. the controller (or rank 0's `decide`, broadcast through `DecisionCodec`) returns a Decision;
+4. every rank converges to the Decision's weighted mean (one flat all-reduce per dtype/device), or rolls
+   back to the last fully healthy state when no replica is healthy;
+5. the WindowRecord is appended to the trajectory.
+
+`Assignment` draws which multiplier rho_r each rank uses in a window: a permutation per window and per
+hyperparameter from `(seed, window, name)`, so every rank agrees without communication.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import NoReturn
+
+import torch
+import torch.distributed as dist
+
+from hdet_ray.core import spread as spreads
+from hdet_ray.core.controller import Controller, Decision, ParamWindow, Window
+from hdet_ray.core.health import ReplicaStats, start_loss
+from hdet_ray.core.hyperparams import HyperParam
+from hdet_ray.core.records import WindowRecord, complete_record, draft_record
+from hdet_ray.engine import converge
+from hdet_ray.engine.codec import DecisionCodec, broadcast_decision
+from hdet_ray.engine.options import HDETOptions
+from hdet_ray.engine.rollback import Snapshot
+from hdet_ray.engine.state import HDETState
+
+
+@dataclass(frozen=True)
+class Assignment:
+    window: int
+    all: dict[str, list[float]]
+    """Every replica's multiplier of every explored hyperparameter."""
+    mine: dict[str, float]
+    """This rank's."""
+    opening: bool
+    """The first window's range test (`opening_spread`)."""
+
+    @classmethod
+    def draw(cls, options: HDETOptions, replicas: int, rank: int, window: int) -> Assignment:
+        n, explore = replicas, list(options.explore or ())
+        names = [hp.name for hp in explore]
+        if options.balanced and len(names) > 1:
+            perms = spreads.balanced_permutations(n, names, options.seed, window)
+        else:
+            perms = {name: spreads.permutation(n, options.seed, window, name) for name in names}
+        opening_spread = options.opening_spread if window == 0 and n > 1 else None
+        opening = opening_spread is not None
+        every = {}
+        for hp in explore:
+            if opening_spread is not None and hp.target == "lr":
+                levels = spreads.log_spread(n, opening_spread)
+            else:
+                levels = spreads.spread(hp.spread, n, hp.size)
+            every[hp.name] = [levels[perms[hp.name][r]] for r in range(n)]
+        return cls(window, every, {name: m[rank] for name, m in every.items()}, opening)
+
+
+class WindowSync:
+    """Carries out one sync for the scheduler; holds references to what it reads and changes."""
+
+    def __init__(
+        self,
+        *,
+        options: HDETOptions,
+        replicas: int,
+        rank: int,
+        params: Sequence[torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        controller: Controller,
+        snapshot: Snapshot,
+        base_of: Callable[[HyperParam, HDETState], float],
+        total_steps: int,
+    ) -> None:
+        self.options, self.replicas, self.rank = options, replicas, rank
+        self.params, self.optimizer, self.controller = list(params), optimizer, controller
+        self.snapshot, self.base_of, self.total_steps = snapshot, base_of, total_steps
+        self.explore: list[HyperParam] = list(options.explore or ())
+        self.codec = DecisionCodec([hp.name for hp in self.explore], replicas)
+
+    def tensors(self, with_optimizer: bool) -> list[torch.Tensor]:
+        """What converges, in packing order: parameters, float buffers, optionally the optimizer's tensors."""
+        return converge.state_tensors(
+            self.params, self.options.model, self.optimizer if with_optimizer else None
+        )
+
+    def __call__(self, state: HDETState, assignment: Assignment) -> WindowRecord:
+        average_opt = self.options.optimizer_state == "average"
+        tensors = self.tensors(average_opt)
+        flats = converge.pack(tensors)
+        device = flats[0].device if flats else torch.device("cpu")
+        stats = self.gather(state.loss.stats(device, converge.params_finite(self.params)))
+        healthy, reasons = state.health.assess(stats, self.options.health)
+        window = self.window_input(state, assignment, stats, healthy)
+        record = draft_record(window, stats, reasons, assignment.all, start_loss(stats))
+        record.metrics.update(state.pending)
+        state.pending = {}
+        decision = self.decide(state, window, record)
+        complete_record(record, decision)
+        if decision.diverged:
+            _diverged(state, decision.note)
+        if decision.rollback and self.snapshot.held:
+            self.snapshot.restore(self.tensors, self.optimizer)
+        else:
+            weights = decision.weights if not decision.rollback else self.finite_mean(state, stats)
+            converge.weighted_average(flats, weights[self.rank], group=self.options.process_group)
+            converge.unpack(flats, tensors)
+            if all(healthy):  # survivors of a window that lost replicas may be damaged: keep the older state
+                self.snapshot.keep(flats, tensors, average_opt)
+            if self.options.optimizer_state == "reset" or (decision.rollback and not average_opt):
+                self.optimizer.state.clear()
+        state.controller = replace(state.controller, offsets=dict(decision.offsets))
+        state.health.remember(window.losses, healthy, decision.rollback)
+        state.records.append(record)
+        if self.rank == 0 and self.options.on_record is not None:
+            self.options.on_record(record)
+        return record
+
+    def gather(self, local: torch.Tensor) -> list[ReplicaStats]:
+        if self.replicas > 1:
+            parts = [torch.empty_like(local) for _ in range(self.replicas)]
+            dist.all_gather(parts, local, group=self.options.process_group)
+            rows = torch.stack(parts).cpu().tolist()  # the one host read of the window
+        else:
+            rows = [local.cpu().tolist()]
+        return [
+            ReplicaStats(
+                mean_loss=r[0],
+                first_loss=r[1],
+                tail_loss=r[2],
+                min_loss=r[3],
+                params_finite=r[4] > 0.5,
+                count=int(r[5]),
+            )
+            for r in rows
+        ]
+
+    def window_input(
+        self, state: HDETState, assignment: Assignment, stats: Sequence[ReplicaStats], healthy: Sequence[bool]
+    ) -> Window:
+        offsets = state.controller.offsets
+        params = {}
+        for hp in self.explore:
+            base = self.base_of(hp, state)
+            mults = assignment.all[hp.name]
+            params[hp.name] = ParamWindow(
+                scale=hp.scale,
+                base=base,
+                offset=offsets[hp.name],
+                coords=tuple(spreads.coordinates(mults, "log" if hp.scale == "log" else "linear")),
+                values=tuple(hp.value(base, offsets[hp.name], m) for m in mults),
+                offset_bounds=hp.offset_bounds,
+            )
+        losses = tuple(s.mean_loss if (s.count and math.isfinite(s.mean_loss)) else math.nan for s in stats)
+        return Window(
+            window=state.window,
+            step=state.steps_done,
+            total_steps=self.total_steps,
+            losses=losses,
+            healthy=tuple(healthy),
+            params=params,
+            opening=assignment.opening,
+        )
+
+    def decide(self, state: HDETState, window: Window, record: WindowRecord) -> Decision:
+        if self.options.decide is None:
+            state.controller, decision = self.controller.decide(state.controller, window)
+            return decision
+        mine = self.options.decide(window, record) if self.rank == 0 else None
+        if self.replicas == 1 and mine is not None:
+            return mine
+        return broadcast_decision(mine, self.codec, self.options.process_group)
+
+    def finite_mean(self, state: HDETState, stats: Sequence[ReplicaStats]) -> list[float]:
+        """Weights of a rollback without a snapshot: the plain mean of the replicas with finite parameters."""
+        finite = [s.params_finite for s in stats]
+        if not any(finite):
+            _diverged(state, "no replica has finite parameters and rollback='off' keeps no snapshot")
+        return [1.0 / sum(finite) if ok else 0.0 for ok in finite]
+
+
+def _diverged(state: HDETState, note: str) -> NoReturn:
+    from hdet_ray.engine.scheduler import HDETDivergedError  # defined beside the public class it belongs to
+
+    raise HDETDivergedError(state.window, state.steps_done, note)
