@@ -62,7 +62,7 @@ def make_loop(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        scheduler.step(loss) if kind == "hdet" else scheduler.step()
+        scheduler.step(loss=loss) if kind == "hdet" else scheduler.step()
 
     return step
 

@@ -83,7 +83,7 @@ def speed_job(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        scheduler.step(loss) if job["mode"] != "ddp" else scheduler.step()
+        scheduler.step(loss=loss) if job["mode"] != "ddp" else scheduler.step()
     elapsed = time.perf_counter() - started
     counter.close()
     if job["mode"] != "ddp":

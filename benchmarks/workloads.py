@@ -133,7 +133,7 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
             optimizer.step()
             if hdet is not None:
                 window = hdet.window
-                hdet.step(loss)
+                hdet.step(loss=loss)
                 if i == steps - 1:
                     hdet.finish()
                 if job.get("validate_every_window") and hdet.window != window and rank == 0:

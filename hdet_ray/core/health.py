@@ -9,8 +9,9 @@ A replica is unhealthy when
   * absolute: the rise above the reference gives back at least `blowup_progress` of what the run has learned
     so far (the run's initial loss minus the reference). Near zero loss a window that doubles 0.0007 to 0.0019
     is noise, not a blow-up: it gave back 0.05% of the progress from 2.3.
-- it fell back to chance: it had learned (its own lowest loss, the window's starting loss, the previous
-  window's median or the run's best median was below chance by more than `chance_margin`) and the window's
+- it fell back to chance: it had learned (the window's starting loss, the previous window's median, the run's
+  best median or, with `chance_loss` given, its own lowest batch loss was below chance by more than
+  `chance_margin`) and the window's
   second half sits at chance (within `chance_tolerance`) or above it. Chance is `chance_loss` when given, else
   the run's initial loss (the first window's starting loss: an untrained network's level), so a network that
   learned and came back to where it started is dead without the user naming chance. A too-high rate leaves a
@@ -88,13 +89,16 @@ def assess(
         initial = first
     lowest = min((x for x in (first, previous, best) if math.isfinite(x)), default=math.inf)
     chance = config.chance_loss if config.chance_loss is not None else initial
+    # with chance taken from the run itself, "had learned" is judged on window means only: one batch's loss
+    # (a replica's window minimum) can dip 10% below the first window's level by noise alone
+    trust_minimum = config.chance_loss is not None
     floor = 0.0
     if math.isfinite(initial) and math.isfinite(reference):
         floor = config.blowup_progress * max(initial - reference, 0.0)
     healthy: list[bool] = []
     reasons: dict[int, str] = {}
     for r, s in enumerate(stats):
-        reason = _reason(s, reference, lowest, floor, chance, config)
+        reason = _reason(s, reference, lowest, floor, chance, trust_minimum, config)
         healthy.append(reason is None)
         if reason is not None:
             reasons[r] = reason
@@ -102,7 +106,13 @@ def assess(
 
 
 def _reason(
-    s: ReplicaStats, reference: float, lowest: float, floor: float, chance: float | None, config: HealthConfig
+    s: ReplicaStats,
+    reference: float,
+    lowest: float,
+    floor: float,
+    chance: float | None,
+    trust_minimum: bool,
+    config: HealthConfig,
 ) -> str | None:
     if not s.params_finite:
         return "non-finite parameters"
@@ -119,7 +129,8 @@ def _reason(
     ):
         return f"loss blew up ({worst:.4g} > {config.blowup_factor:g} x reference {reference:.4g})"
     if chance is not None and math.isfinite(chance) and chance > 0:
-        learned = min(s.min_loss, lowest) < chance * (1 - config.chance_margin)
+        own_minimum = s.min_loss if trust_minimum else math.inf
+        learned = min(own_minimum, lowest) < chance * (1 - config.chance_margin)
         at_chance = s.tail_loss >= chance * (1 - config.chance_tolerance)  # at chance, or worse
         if learned and at_chance:
             return f"fell back to chance (loss {s.tail_loss:.4g} ~ {chance:.4g})"

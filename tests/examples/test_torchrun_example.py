@@ -19,7 +19,7 @@ def test_the_two_examples_differ_only_by_the_scheduler_swap():
 
     added = [line for line in code(hdet) if line not in code(plain)]
     assert any("HDETOneCycleLR(optimizer" in line for line in added)
-    assert "    scheduler.step(loss)" in added
+    assert "    scheduler.step(loss=loss)" in added
 
 
 @pytest.mark.slow

@@ -55,6 +55,7 @@ def main(out: Path) -> None:
         total_steps=STEPS,
         sync_every=SYNC_EVERY,
         model=model,
+        controller="slope",  # moves on one window's evidence: a 3-window run shows a move
         controller_settings={"trust_windows": 1},
     )
     trainer = Trainer(model=model, args=args, train_dataset=sequences(256), optimizers=(optimizer, scheduler))

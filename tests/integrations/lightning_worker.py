@@ -41,6 +41,7 @@ class Regression(pl.LightningModule):
             total_steps=self.trainer.max_steps,
             sync_every=SYNC_EVERY,
             model=self.trainer.model,
+            controller="slope",  # moves on one window's evidence: a 3-window run shows a move
             controller_settings={"trust_windows": 1},
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
