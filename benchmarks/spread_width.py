@@ -21,8 +21,13 @@ from benchmarks.pool import read_results, run_jobs
 
 SEEDS = (0, 1, 2)
 RATE = 0.1 * 10 ** (1 / 2)  # the quality grid's k = 4 for mlp: the oracle of its 20-window cell
-VARIANTS = {"1.0": (1.0, None), "1.25": (1.25, None), "1.5": (1.5, None), "1.5, clip 1.5": (1.5, 1.5),
-            "1.25, clip 1.5": (1.25, 1.5)}
+VARIANTS = {
+    "1.0": (1.0, None),
+    "1.25": (1.25, None),
+    "1.5": (1.5, None),
+    "1.5, clip 1.5": (1.5, 1.5),
+    "1.25, clip 1.5": (1.25, 1.5),
+}
 
 
 def job_fn(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
@@ -38,13 +43,38 @@ def job_fn(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def jobs() -> list[dict[str, Any]]:
-    return [{"key": f"{name}/{s}", "workload": "mlp", "steps": 200, "sync_every": 10, "max_lr": RATE, "seed": s,
-             "arm": "hdet", "size": size, "clip": clip} for name, (size, clip) in VARIANTS.items() for s in SEEDS]
+    return [
+        {
+            "key": f"{name}/{s}",
+            "workload": "mlp",
+            "steps": 200,
+            "sync_every": 10,
+            "max_lr": RATE,
+            "seed": s,
+            "arm": "hdet",
+            "size": size,
+            "clip": clip,
+        }
+        for name, (size, clip) in VARIANTS.items()
+        for s in SEEDS
+    ]
 
 
 def fixed_jobs() -> list[dict[str, Any]]:
-    return [{"key": f"fixed/{s}", "workload": "mlp", "steps": 200, "sync_every": 10, "max_lr": RATE, "seed": s,
-             "arm": "fixed", "size": 1.0, "clip": None} for s in SEEDS]
+    return [
+        {
+            "key": f"fixed/{s}",
+            "workload": "mlp",
+            "steps": 200,
+            "sync_every": 10,
+            "max_lr": RATE,
+            "seed": s,
+            "arm": "fixed",
+            "size": 1.0,
+            "clip": None,
+        }
+        for s in SEEDS
+    ]
 
 
 def main() -> int:
@@ -58,10 +88,19 @@ def main() -> int:
     for name, (size, clip) in VARIANTS.items():
         vals = [res[f"{name}/{s}"]["metric"] for s in SEEDS]
         m = sum(vals) / len(vals) if all(math.isfinite(v) for v in vals) else math.nan
-        rows.append([f"log_mean1 {size:g}", f"{clip:g}" if clip else "3 (default)",
-                     *[f"{v:.4f}" for v in vals], f"{m / oracle:.3f}"])
-    text = (f"Command: `python -m benchmarks.spread_width`. Machine: {common.machine_line(common.machine())}.\n\n"
-            + common.table(["spread", "gradient clip", *[f"seed {s}" for s in SEEDS], "mean / fixed"], rows) + "\n")
+        rows.append(
+            [
+                f"log_mean1 {size:g}",
+                f"{clip:g}" if clip else "3 (default)",
+                *[f"{v:.4f}" for v in vals],
+                f"{m / oracle:.3f}",
+            ]
+        )
+    text = (
+        f"Command: `python -m benchmarks.spread_width`. Machine: {common.machine_line(common.machine())}.\n\n"
+        + common.table(["spread", "gradient clip", *[f"seed {s}" for s in SEEDS], "mean / fixed"], rows)
+        + "\n"
+    )
     (out / "spread_width.md").write_text(text)
     print(text)
     return 0

@@ -3,8 +3,8 @@ averaged every 25 steps, and the controller moves the base rate.
 
     torchrun --nproc_per_node 4 examples/digits_hdet.py
 
-The diff against examples/digits_onecycle.py is the import, the scheduler line, `scheduler.step(loss=loss)` and
-printing the trajectory. The default max_lr (0.003) is ~10x too low for this model: watch the base move.
+The diff against examples/digits_onecycle.py is the import, the scheduler line, `scheduler.step(loss=loss)`
+and printing the trajectory. The default max_lr (0.003) is ~10x too low for this model: watch the base move.
 """
 
 import argparse
@@ -34,8 +34,9 @@ model = task.model(seed=0)
 if distributed:
     model = DistributedDataParallel(model)
 optimizer = torch.optim.AdamW(model.parameters(), lr=args.max_lr / 25)
-scheduler = HDETOneCycleLR(optimizer, max_lr=args.max_lr, total_steps=args.steps, sync_every=25,
-                           fanout="shared_grad", model=model)
+scheduler = HDETOneCycleLR(
+    optimizer, max_lr=args.max_lr, total_steps=args.steps, sync_every=25, fanout="shared_grad", model=model
+)
 
 batches = task.batches(rank, world, seed=0)
 for step in range(args.steps):
@@ -51,7 +52,9 @@ if rank == 0:
     print("validation:", task.evaluate(model.module if distributed else model))
     for record in scheduler.records:  # the trajectory: one line per sync window
         lr = record.params["lr"]
-        print(f"window {record.window:3d} step {record.step:4d} base lr x{math.exp(lr.new_offset):.3f} "
-              f"losses {[round(x, 3) for x in record.losses]} {record.note}")
+        print(
+            f"window {record.window:3d} step {record.step:4d} base lr x{math.exp(lr.new_offset):.3f} "
+            f"losses {[round(x, 3) for x in record.losses]} {record.note}"
+        )
 if distributed:
     dist.destroy_process_group()

@@ -23,25 +23,49 @@ from hdet_ray.tasks import Task, make_task
 def make_optimizer(spec: JobSpec, model: torch.nn.Module) -> torch.optim.Optimizer:
     lr = spec.schedule.max_lr / spec.schedule.div_factor
     if spec.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=spec.schedule.max_momentum,
-                               weight_decay=spec.weight_decay)
+        return torch.optim.SGD(
+            model.parameters(), lr=lr, momentum=spec.schedule.max_momentum, weight_decay=spec.weight_decay
+        )
     return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=spec.weight_decay)
 
 
-def make_scheduler(spec: JobSpec, optimizer: torch.optim.Optimizer, model: torch.nn.Module, task: Task, *,
-                   decide: DecideFn | None = None,
-                   on_record: Callable[[WindowRecord], None] | None = None) -> HDETOneCycleLR:
+def make_scheduler(
+    spec: JobSpec,
+    optimizer: torch.optim.Optimizer,
+    model: torch.nn.Module,
+    task: Task,
+    *,
+    decide: DecideFn | None = None,
+    on_record: Callable[[WindowRecord], None] | None = None,
+) -> HDETOneCycleLR:
     s = spec.schedule
     return HDETOneCycleLR(
-        optimizer, max_lr=s.max_lr, total_steps=spec.steps, pct_start=s.pct_start,
-        anneal_strategy=s.anneal_strategy, cycle_momentum=s.cycle_momentum, base_momentum=s.base_momentum,
-        max_momentum=s.max_momentum, div_factor=s.div_factor, final_div_factor=s.final_div_factor,
+        optimizer,
+        max_lr=s.max_lr,
+        total_steps=spec.steps,
+        pct_start=s.pct_start,
+        anneal_strategy=s.anneal_strategy,
+        cycle_momentum=s.cycle_momentum,
+        base_momentum=s.base_momentum,
+        max_momentum=s.max_momentum,
+        div_factor=s.div_factor,
+        final_div_factor=s.final_div_factor,
         three_phase=s.three_phase,
-        sync_every=spec.sync_every, explore=[e.to_hyperparam() for e in spec.explore], fanout=spec.fanout,
-        controller=spec.controller.name, controller_settings=spec.controller.settings(), auto_lr=spec.auto_lr,
-        health=spec.health.to_config(task.chance_loss), optimizer_state=spec.optimizer_state,
-        balanced=spec.balanced, opening_spread=spec.opening_spread, model=model, seed=spec.seed,
-        decide=decide, on_record=on_record)
+        sync_every=spec.sync_every,
+        explore=[e.to_hyperparam() for e in spec.explore],
+        fanout=spec.fanout,
+        controller=spec.controller.name,
+        controller_settings=spec.controller.settings(),
+        auto_lr=spec.auto_lr,
+        health=spec.health.to_config(task.chance_loss),
+        optimizer_state=spec.optimizer_state,
+        balanced=spec.balanced,
+        opening_spread=spec.opening_spread,
+        model=model,
+        seed=spec.seed,
+        decide=decide,
+        on_record=on_record,
+    )
 
 
 @dataclass
@@ -57,9 +81,16 @@ class Replica:
     metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, spec: JobSpec, rank: int = 0, replicas: int = 1, *, decide: DecideFn | None = None,
-              on_record: Callable[[WindowRecord], None] | None = None,
-              device: torch.device | str = "cpu") -> Replica:
+    def build(
+        cls,
+        spec: JobSpec,
+        rank: int = 0,
+        replicas: int = 1,
+        *,
+        decide: DecideFn | None = None,
+        on_record: Callable[[WindowRecord], None] | None = None,
+        device: torch.device | str = "cpu",
+    ) -> Replica:
         task = make_task(spec.task, **spec.task_options)
         if spec.log_to and rank == 0:
             from hdet_ray.integrations.loggers import recorders
@@ -71,8 +102,13 @@ class Replica:
         return cls(spec, rank, replicas, task, model, optimizer, scheduler)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "step": self.step, "metrics": dict(self.metrics)}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "metrics": dict(self.metrics),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -85,8 +121,9 @@ class Replica:
         self.metrics = self.task.evaluate(self.model)
         return self.metrics
 
-    def train(self, on_window: Callable[[Replica, WindowRecord], None] | None = None,
-              validate: bool = True) -> dict[str, float]:
+    def train(
+        self, on_window: Callable[[Replica, WindowRecord], None] | None = None, validate: bool = True
+    ) -> dict[str, float]:
         """Run to `spec.steps`, resuming from `self.step`; returns the final validation metrics.
 
         Validation runs on the converged model every `validate_every` windows; its metrics are attached

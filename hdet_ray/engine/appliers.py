@@ -38,8 +38,9 @@ class GroupKeyApplier:
     wrote, read each step; otherwise the value found at construction.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, spec: str, groups: Sequence[int] | None,
-                 cycled: bool) -> None:
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, spec: str, groups: Sequence[int] | None, cycled: bool
+    ) -> None:
         m = _GROUP_KEY.match(spec)
         if not m:
             raise ValueError(f"target 'group:{spec}': expected a key like 'weight_decay' or 'betas[0]'")
@@ -47,8 +48,10 @@ class GroupKeyApplier:
         self.groups = [optimizer.param_groups[i] for i in _group_indices(optimizer, groups)]
         for g in self.groups:
             if self.key not in g:
-                raise ValueError(f"target 'group:{spec}': optimizer {type(optimizer).__name__} has no "
-                                 f"param-group key {self.key!r}; keys: {sorted(k for k in g if k != 'params')}")
+                raise ValueError(
+                    f"target 'group:{spec}': optimizer {type(optimizer).__name__} has no "
+                    f"param-group key {self.key!r}; keys: {sorted(k for k in g if k != 'params')}"
+                )
         self.cycled = cycled
         self._bases = [self._read(g) for g in self.groups]
 
@@ -60,7 +63,7 @@ class GroupKeyApplier:
         return [self._read(g) for g in self.groups] if self.cycled else list(self._bases)
 
     def apply(self, values: Sequence[float]) -> None:
-        for g, v in zip(self.groups, values):
+        for g, v in zip(self.groups, values, strict=True):
             if self.index is None:
                 g[self.key] = v
             else:
@@ -90,14 +93,14 @@ class ModuleAttrApplier:
             raise ValueError(f"target 'module:{spec}': the model has no submodule of class {cls_name!r}")
         for m in self.modules:
             if not isinstance(getattr(m, attr, None), (int, float)):
-                raise ValueError(f"target 'module:{spec}': {cls_name}.{attr} is not a number")  # noqa: TRY004
+                raise ValueError(f"target 'module:{spec}': {cls_name}.{attr} is not a number")
         self._bases = [float(getattr(m, attr)) for m in self.modules]
 
     def bases(self) -> list[float]:
         return list(self._bases)
 
     def apply(self, values: Sequence[float]) -> None:
-        for m, v in zip(self.modules, values):
+        for m, v in zip(self.modules, values, strict=True):
             setattr(m, self.attr, v)
 
     def state_dict(self) -> dict:
@@ -118,8 +121,12 @@ def register_applier(name: str, factory: ApplierFactory) -> None:
     _REGISTRY[name] = factory
 
 
-def make_applier(hp: HyperParam, optimizer: torch.optim.Optimizer, model: torch.nn.Module | None,
-                 cycled_keys: Sequence[str] = ()) -> Applier:
+def make_applier(
+    hp: HyperParam,
+    optimizer: torch.optim.Optimizer,
+    model: torch.nn.Module | None,
+    cycled_keys: Sequence[str] = (),
+) -> Applier:
     kind, _, rest = hp.target.partition(":")
     if kind == "group" and rest:
         return GroupKeyApplier(optimizer, rest, hp.groups, cycled=rest in cycled_keys)
@@ -127,8 +134,10 @@ def make_applier(hp: HyperParam, optimizer: torch.optim.Optimizer, model: torch.
         return ModuleAttrApplier(model, rest)
     if hp.target in _REGISTRY:
         return _REGISTRY[hp.target](hp, optimizer, model)
-    raise ValueError(f"HyperParam {hp.name!r}: unknown target {hp.target!r}; use 'lr', 'group:<key>', "
-                     f"'module:<Class>.<attr>' or one of {sorted(_REGISTRY)}")
+    raise ValueError(
+        f"HyperParam {hp.name!r}: unknown target {hp.target!r}; use 'lr', 'group:<key>', "
+        f"'module:<Class>.<attr>' or one of {sorted(_REGISTRY)}"
+    )
 
 
 def _group_indices(optimizer: torch.optim.Optimizer, groups: Sequence[int] | None) -> list[int]:

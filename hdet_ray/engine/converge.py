@@ -17,8 +17,9 @@ import torch.distributed as dist
 OPTIMIZER_STATE_POLICIES = ("average", "keep", "reset")
 
 
-def state_tensors(params: Sequence[torch.Tensor], model: torch.nn.Module | None,
-                  optimizer: torch.optim.Optimizer | None) -> list[torch.Tensor]:
+def state_tensors(
+    params: Sequence[torch.Tensor], model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None
+) -> list[torch.Tensor]:
     """Parameters, then the model's floating-point buffers, then (if given) the optimizer's tensors.
 
     Optimizer state is taken per parameter in a fixed key order; 0-dim entries ('step' counters, equal on
@@ -73,11 +74,11 @@ def pack(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 def unpack(flats: Sequence[torch.Tensor], tensors: Sequence[torch.Tensor]) -> None:
     """Copy flat buckets (as made by `pack`) back into `tensors`, in place."""
-    for flat, ts in zip(flats, _buckets(tensors).values()):
+    for flat, ts in zip(flats, _buckets(tensors).values(), strict=True):
         offset = 0
         for t in ts:
             n = t.numel()
-            t.detach().copy_(flat[offset:offset + n].view_as(t))
+            t.detach().copy_(flat[offset : offset + n].view_as(t))
             offset += n
 
 
@@ -104,4 +105,3 @@ def broadcast_state(tensors: Sequence[torch.Tensor], src: int = 0, group=None) -
     for f in flats:
         dist.broadcast(f, src=src, group=group)
     unpack(flats, tensors)
-

@@ -15,7 +15,6 @@ import torch.distributed as dist
 
 from hdet_ray.engine import converge
 
-
 GRADIENT_CLIP = 3.0
 """`average_gradients`' default: a rank's gradient may be at most this multiple of the ranks' median norm."""
 
@@ -25,7 +24,8 @@ def average_gradients(params: Sequence[torch.Tensor], group=None, clip: float = 
 
     A rank whose gradient is non-finite contributes nothing; a finite one whose norm exceeds `clip` x the
     (lower) median of the ranks' norms is scaled down to that bound first. A replica past the edge of
-    stability (a high multiplier) has a gradient tens to thousands of times larger than the others': unclipped,
+    stability (a high multiplier) has a gradient tens to thousands of times larger than the others':
+    unclipped,
     the mean is mostly its gradient, and every replica takes a step along it. Two collectives, no host sync:
     an all-gather of the N norms, then one SUM all-reduce per bucket that carries a contributor count.
     """
@@ -44,7 +44,9 @@ def average_gradients(params: Sequence[torch.Tensor], group=None, clip: float = 
     scale = torch.where(norm[0] > bound, bound / norm[0], torch.ones_like(norm[0]))
     scale = torch.where(ok & torch.isfinite(scale), scale, torch.zeros_like(scale))
     for i, f in enumerate(flats):
-        f = torch.cat([torch.where(ok, f * scale.to(f.dtype), torch.zeros_like(f)), ok.to(f.dtype).reshape(1)])
+        f = torch.cat(
+            [torch.where(ok, f * scale.to(f.dtype), torch.zeros_like(f)), ok.to(f.dtype).reshape(1)]
+        )
         dist.all_reduce(f, op=dist.ReduceOp.SUM, group=group)
         flats[i] = f[:-1] / f[-1:].clamp(min=1.0)
     converge.unpack(flats, grads)

@@ -178,7 +178,7 @@ class HDETOneCycleLR(OneCycleLR):
         the host here). Does not advance the schedule: call it before `step()`, e.g. from a callback."""
         self.state.loss.add(loss, self.state.in_window)
 
-    def step(self, epoch: int | None = None, *, loss: torch.Tensor | float | None = None) -> None:  # type: ignore[override]
+    def step(self, epoch: int | None = None, *, loss: torch.Tensor | float | None = None) -> None:
         """Advance one step, as OneCycleLR does; `loss=` first calls `observe(loss)`.
 
         A positional number is OneCycleLR's deprecated `epoch` (torch warns; the schedule jumps to it). The
@@ -375,9 +375,10 @@ class HDETOneCycleLR(OneCycleLR):
         self._write_values()
 
     def use_ddp(self, model: torch.nn.Module) -> bool:
-        """The model was wrapped in DDP after this scheduler was built (trainers do that): DDP now averages the
-        gradients, so the scheduler stops averaging them too and converges the wrapper. True if a hook of its
-        own was removed."""
+        """The model was wrapped in DDP after this scheduler was built (trainers do that).
+
+        DDP now averages the gradients, so the scheduler stops averaging them too and converges the wrapper.
+        True if a hook of its own was removed."""
         if not fanouts.is_ddp(model):
             raise TypeError(f"use_ddp: expected a DistributedDataParallel module, got {type(model).__name__}")
         self.options = replace(self.options, model=model)

@@ -50,8 +50,11 @@ class HealthMemory:
             self.best_loss = min(self.best_loss, self.previous_loss)
 
     def state_dict(self) -> dict[str, float]:
-        return {"previous_loss": self.previous_loss, "best_loss": self.best_loss,
-                "initial_loss": self.initial_loss}
+        return {
+            "previous_loss": self.previous_loss,
+            "best_loss": self.best_loss,
+            "initial_loss": self.initial_loss,
+        }
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.previous_loss = float(state["previous_loss"])

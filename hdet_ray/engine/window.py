@@ -32,7 +32,7 @@ class WindowLoss:
         if not isinstance(loss, torch.Tensor):
             loss = torch.tensor(float(loss))
         x = loss.detach().reshape(()).to(_acc_dtype(loss.device))
-        if self.total is None:
+        if self.total is None or self.low is None or self.tail is None:
             self.total, self.first, self.low = x.clone(), x.clone(), x.clone()
             self.tail = torch.zeros_like(x)
         else:
@@ -45,7 +45,8 @@ class WindowLoss:
 
     def stats(self, device: torch.device, params_finite: torch.Tensor) -> torch.Tensor:
         """[mean, first, tail mean, min, params finite (0/1), count] as a float64 tensor on `device`."""
-        if self.total is None:
+        parts: list[torch.Tensor]
+        if self.total is None or self.first is None or self.tail is None or self.low is None:
             nan = torch.tensor(math.nan, dtype=torch.float64, device=device)
             parts = [nan, nan, nan, nan]
         else:
@@ -60,8 +61,14 @@ class WindowLoss:
         def cpu(t):
             return None if t is None else t.detach().cpu().clone()
 
-        return {"total": cpu(self.total), "tail": cpu(self.tail), "first": cpu(self.first),
-                "low": cpu(self.low), "count": self.count, "tail_count": self.tail_count}
+        return {
+            "total": cpu(self.total),
+            "tail": cpu(self.tail),
+            "first": cpu(self.first),
+            "low": cpu(self.low),
+            "count": self.count,
+            "tail_count": self.tail_count,
+        }
 
     def load_state_dict(self, state: dict, device: torch.device) -> None:
         def dev(t):

@@ -12,15 +12,20 @@ from hdet_ray.core.controller import Decision
 
 def _setup(**kw):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.2), torch.nn.Linear(4, 2))
-    opt = torch.optim.AdamW([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.1}],
-                            lr=0.1, weight_decay=0.01)
+    opt = torch.optim.AdamW(
+        [{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.1}],
+        lr=0.1,
+        weight_decay=0.01,
+    )
     return model, opt
 
 
 def _steer(offsets):
     """A decide hook (what the Ray actor plugs in) that sets fixed offsets."""
+
     def decide(window, record):
         return Decision(offsets={**{k: 0.0 for k in window.params}, **offsets}, weights=(1.0,))
+
     return decide
 
 
@@ -35,15 +40,35 @@ def _run_one_window(model, opt, sched, n=5):
 
 def test_group_key_module_attribute_and_per_group_rate_follow_their_offsets():
     model, opt = _setup()
-    explore = [HyperParam(name="lr_head", target="lr", groups=(1,)),
-               HyperParam(name="wd", target="group:weight_decay"),
-               HyperParam(name="beta1", target="group:betas[0]", scale="linear", spread="linear", size=0.0,
-                          bounds=(0.0, 0.99)),
-               HyperParam(name="dropout", target="module:Dropout.p", scale="linear", spread="linear", size=0.5,
-                          bounds=(0.0, 0.9))]
-    sched = HDETOneCycleLR(opt, max_lr=[0.1, 0.1], total_steps=20, sync_every=5, explore=explore, model=model,
-                           decide=_steer({"lr_head": math.log(3), "wd": math.log(2), "beta1": -0.05,
-                                          "dropout": 0.1}))
+    explore = [
+        HyperParam(name="lr_head", target="lr", groups=(1,)),
+        HyperParam(name="wd", target="group:weight_decay"),
+        HyperParam(
+            name="beta1",
+            target="group:betas[0]",
+            scale="linear",
+            spread="linear",
+            size=0.0,
+            bounds=(0.0, 0.99),
+        ),
+        HyperParam(
+            name="dropout",
+            target="module:Dropout.p",
+            scale="linear",
+            spread="linear",
+            size=0.5,
+            bounds=(0.0, 0.9),
+        ),
+    ]
+    sched = HDETOneCycleLR(
+        opt,
+        max_lr=[0.1, 0.1],
+        total_steps=20,
+        sync_every=5,
+        explore=explore,
+        model=model,
+        decide=_steer({"lr_head": math.log(3), "wd": math.log(2), "beta1": -0.05, "dropout": 0.1}),
+    )
     ref_opt = torch.optim.AdamW(torch.nn.Linear(1, 1).parameters(), lr=0.1)
     ref = torch.optim.lr_scheduler.OneCycleLR(ref_opt, max_lr=0.1, total_steps=20)
     _run_one_window(model, opt, sched)
@@ -52,24 +77,30 @@ def test_group_key_module_attribute_and_per_group_rate_follow_their_offsets():
         ref.step()
     base_lr, base_beta = ref.get_last_lr()[0], ref_opt.param_groups[0]["betas"][0]
     g0, g1 = opt.param_groups
-    assert g0["lr"] == base_lr                                # group 0 is not explored: plain OneCycle
-    assert g1["lr"] == pytest.approx(3 * base_lr)             # lr_head: offset log 3
+    assert g0["lr"] == base_lr  # group 0 is not explored: plain OneCycle
+    assert g1["lr"] == pytest.approx(3 * base_lr)  # lr_head: offset log 3
     assert g0["weight_decay"] == pytest.approx(0.02) and g1["weight_decay"] == pytest.approx(0.02)
-    assert g0["betas"][0] == pytest.approx(base_beta - 0.05)  # still cycled by OneCycle, shifted (linear scale)
-    assert model[1].p == pytest.approx(0.3)                   # (0.2 + 0.1) * rho, rho = 1 with one replica
+    assert g0["betas"][0] == pytest.approx(
+        base_beta - 0.05
+    )  # still cycled by OneCycle, shifted (linear scale)
+    assert model[1].p == pytest.approx(0.3)  # (0.2 + 0.1) * rho, rho = 1 with one replica
     assert set(sched.records[0].params) == {"lr_head", "wd", "beta1", "dropout"}
 
 
 def test_module_target_without_model_names_the_fix():
     _, opt = _setup()
     with pytest.raises(ValueError, match="pass model="):
-        HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, explore=[HyperParam(name="d", target="module:Dropout.p")])
+        HDETOneCycleLR(
+            opt, max_lr=0.1, total_steps=10, explore=[HyperParam(name="d", target="module:Dropout.p")]
+        )
 
 
 def test_unknown_group_key_lists_the_keys():
     _, opt = _setup()
     with pytest.raises(ValueError, match="no param-group key 'momentum'"):
-        HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, explore=[HyperParam(name="m", target="group:momentum")])
+        HDETOneCycleLR(
+            opt, max_lr=0.1, total_steps=10, explore=[HyperParam(name="m", target="group:momentum")]
+        )
 
 
 def test_registered_applier_is_used():
@@ -93,9 +124,14 @@ def test_registered_applier_is_used():
 
     register_applier("temperature", Temperature)
     model, opt = _setup()
-    sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5,
-                           explore=[HyperParam(name="temp", target="temperature")],
-                           decide=_steer({"temp": math.log(1.5)}))
+    sched = HDETOneCycleLR(
+        opt,
+        max_lr=0.1,
+        total_steps=10,
+        sync_every=5,
+        explore=[HyperParam(name="temp", target="temperature")],
+        decide=_steer({"temp": math.log(1.5)}),
+    )
     _run_one_window(model, opt, sched)
     assert seen[0] == 1.0 and seen[-1] == pytest.approx(1.5)
 

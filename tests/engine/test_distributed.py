@@ -11,8 +11,20 @@ from hdet_ray import HDETDivergedError, HDETOneCycleLR, learning_rate
 from hdet_ray.core.spread import linear_spread, permutation
 from tests.engine.conftest import run_ranks
 
-COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "all_gather_into_tensor", "reduce_scatter",
-               "all_to_all", "gather", "scatter", "reduce", "barrier", "all_gather_object", "broadcast_object_list")
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "broadcast",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "reduce",
+    "barrier",
+    "all_gather_object",
+    "broadcast_object_list",
+)
 
 
 class CollectiveCounter:
@@ -37,13 +49,24 @@ class CollectiveCounter:
 
 
 def _model():
-    return torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
-                               torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    return torch.nn.Sequential(
+        torch.nn.Linear(3, 8),
+        torch.nn.BatchNorm1d(8),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8, 8),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8, 2),
+    )
 
 
 def _flat(model):
-    return torch.cat([t.detach().reshape(-1).clone() for t in list(model.parameters()) + list(model.buffers())
-                      if t.is_floating_point()])
+    return torch.cat(
+        [
+            t.detach().reshape(-1).clone()
+            for t in list(model.parameters()) + list(model.buffers())
+            if t.is_floating_point()
+        ]
+    )
 
 
 def spread_and_converge(rank, world, auto_lr):
@@ -51,14 +74,35 @@ def spread_and_converge(rank, world, auto_lr):
     model = _model()
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
     counter = CollectiveCounter()
-    sched = HDETOneCycleLR(opt, max_lr=0.05, total_steps=30, sync_every=5, fanout="local",
-                           explore=[learning_rate("linear", 0.3)], model=model, seed=7, auto_lr=auto_lr,
-                           controller="slope",
-                           controller_settings={"trust_windows": 1, "step_size": 1.0} if auto_lr else None)
+    sched = HDETOneCycleLR(
+        opt,
+        max_lr=0.05,
+        total_steps=30,
+        sync_every=5,
+        fanout="local",
+        explore=[learning_rate("linear", 0.3)],
+        model=model,
+        seed=7,
+        auto_lr=auto_lr,
+        controller="slope",
+        controller_settings={"trust_windows": 1, "step_size": 1.0} if auto_lr else None,
+    )
     counter.take()  # construction broadcasts rank 0's start
-    ref = OneCycleLR(torch.optim.AdamW(torch.nn.Linear(1, 1).parameters(), lr=0.01), max_lr=0.05, total_steps=30)
-    out = {"lr": [], "base": [], "beta1": [], "ref_beta1": [], "mults": [], "offsets": [], "pre": [], "post": [],
-           "per_step_collectives": [], "per_sync_collectives": []}
+    ref = OneCycleLR(
+        torch.optim.AdamW(torch.nn.Linear(1, 1).parameters(), lr=0.01), max_lr=0.05, total_steps=30
+    )
+    out = {
+        "lr": [],
+        "base": [],
+        "beta1": [],
+        "ref_beta1": [],
+        "mults": [],
+        "offsets": [],
+        "pre": [],
+        "post": [],
+        "per_step_collectives": [],
+        "per_sync_collectives": [],
+    }
     g = torch.Generator().manual_seed(rank)
     for step in range(30):
         out["lr"].append(opt.param_groups[0]["lr"])
@@ -157,8 +201,16 @@ def test_steering_keeps_the_onecycle_shape_and_momentum_cycling(steered):
 def shared_grad_step(rank, world):
     model = torch.nn.Linear(3, 1, bias=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.0)
-    HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=10, fanout="shared_grad",
-                           cycle_momentum=False, explore=[learning_rate("log", 2.0)], seed=1)
+    HDETOneCycleLR(
+        opt,
+        max_lr=0.1,
+        total_steps=10,
+        sync_every=10,
+        fanout="shared_grad",
+        cycle_momentum=False,
+        explore=[learning_rate("log", 2.0)],
+        seed=1,
+    )
     theta0 = model.weight.detach().clone()  # equal on every rank (broadcast at construction)
     # gradients that differ by rank but within the clip (3x the median norm): the plain mean applies
     x = torch.full((4, 3), 1.0 + 0.1 * rank)
@@ -169,8 +221,13 @@ def shared_grad_step(rank, world):
     counter = CollectiveCounter()
     opt.step()
     calls = counter.take()
-    return {"theta0": theta0, "grad": own_grad, "lr": opt.param_groups[0]["lr"], "theta1": model.weight.detach(),
-            "calls": calls}
+    return {
+        "theta0": theta0,
+        "grad": own_grad,
+        "lr": opt.param_groups[0]["lr"],
+        "theta1": model.weight.detach(),
+        "calls": calls,
+    }
 
 
 def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
@@ -189,8 +246,17 @@ def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
 def nan_and_rollback(rank, world, fanout):
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    sched = HDETOneCycleLR(opt, max_lr=0.05, total_steps=40, sync_every=5, model=model, seed=3, fanout=fanout,
-                           explore=[learning_rate("log", 2.0)], controller_settings={"max_rollbacks": 1})
+    sched = HDETOneCycleLR(
+        opt,
+        max_lr=0.05,
+        total_steps=40,
+        sync_every=5,
+        model=model,
+        seed=3,
+        fanout=fanout,
+        explore=[learning_rate("log", 2.0)],
+        controller_settings={"max_rollbacks": 1},
+    )
     g = torch.Generator().manual_seed(rank)
     out = {"pre": None, "post": None, "rollback": [], "diverged": None}
     start = _flat(model)  # rank 0's state, broadcast at construction
@@ -255,8 +321,15 @@ def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout):
 
 
 # -- a too-high rate: fixed OneCycle dies, HDET rolls back, cuts, and learns ---------------------------------
-DEAD_SPEC = {"task": "digits", "replicas": 4, "steps": 300, "sync_every": 25, "optimizer": "adamw",
-             "schedule": {"max_lr": 1.0}, "seed": 0}
+DEAD_SPEC = {
+    "task": "digits",
+    "replicas": 4,
+    "steps": 300,
+    "sync_every": 25,
+    "optimizer": "adamw",
+    "schedule": {"max_lr": 1.0},
+    "seed": 0,
+}
 
 
 def hdet_from_a_deadly_rate(rank, world):

@@ -112,8 +112,14 @@ class CountingTensor(torch.Tensor):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if func in (torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__, torch.Tensor.__bool__,
-                    torch.Tensor.__int__, torch.Tensor.numpy):
+        if func in (
+            torch.Tensor.item,
+            torch.Tensor.tolist,
+            torch.Tensor.__float__,
+            torch.Tensor.__bool__,
+            torch.Tensor.__int__,
+            torch.Tensor.numpy,
+        ):
             CountingTensor.reads += 1
         return super().__torch_function__(func, types, args, kwargs or {})
 
