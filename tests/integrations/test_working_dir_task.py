@@ -1,5 +1,5 @@
 """docs/running.md's recipe: `ray job submit --runtime-env runtime_env.yaml` whose `working_dir` holds a
-user's task module and spec, against a real token-auth Ray head (the fixture of tests/ray/test_ray_submit.py:
+user's task module and spec, against a real token-auth Ray head (`token_head` in tests/conftest.py:
 its own ports and temp dir, ended by its process group)."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import textwrap
 import pytest
 
 from hdet_ray.ray.trajectory import read_trajectory
-from tests.ray.test_ray_submit import head  # noqa: F401  the fixture
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -24,7 +23,7 @@ def make_task(width: int = 16):
 '''
 
 
-def test_task_module_travels_in_working_dir(head, tmp_path):  # noqa: F811
+def test_task_module_travels_in_working_dir(token_head, tmp_path):
     project = tmp_path / "my_project"
     project.mkdir()
     (project / "my_task.py").write_text(TASK)
@@ -45,7 +44,7 @@ def test_task_module_travels_in_working_dir(head, tmp_path):  # noqa: F811
         "job",
         "submit",
         "--address",
-        head["address"],
+        token_head.address,
         "--runtime-env",
         "runtime_env.yaml",
         "--",
@@ -58,7 +57,7 @@ def test_task_module_travels_in_working_dir(head, tmp_path):  # noqa: F811
         str(runs),
     ]
     done = subprocess.run(
-        cmd, check=False, cwd=tmp_path, env=head["env"], capture_output=True, text=True, timeout=400
+        cmd, check=False, cwd=tmp_path, env=token_head.env, capture_output=True, text=True, timeout=400
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = read_trajectory(runs / "mine" / "trajectory.jsonl")

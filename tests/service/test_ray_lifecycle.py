@@ -20,12 +20,11 @@ import pytest
 
 from service import Settings
 from tests.service.conftest import TOKEN, start_server
-from tests.service.test_e2e_ray import REAL_ENTRY, entrypoint, wait_for
+from tests.service.test_e2e_ray import ENTRYPOINT, wait_for
 
 pytestmark = [
     pytest.mark.ray,
     pytest.mark.slow,
-    pytest.mark.skipif(not REAL_ENTRY, reason="needs the Ray layer's entrypoint (hdet_ray.ray.entry)"),
 ]
 TINY = {
     "task": "digits",
@@ -41,7 +40,7 @@ def _server(data_dir: Path):
         token=TOKEN,
         data_dir=data_dir,
         poll_interval_s=0.5,
-        entrypoint=entrypoint(),
+        entrypoint=ENTRYPOINT,
         ray_num_cpus=2,
         head_on_exit="stop",
     )
