@@ -577,7 +577,8 @@ class EvidenceController(Controller):
         rho_w = Spearman(coordinate, -loss) in window w          (exclusions rank worst)
         z = sum(rho over the last k windows) * sqrt((N - 1) / k)  (rho has variance 1/(N-1) under no effect)
         move d = sign(z) when |z| >= z_threshold and the latest rho agrees, by
-        step_size * 2**(moves in a row in direction d - 1), at most max_step
+        step_size * 2**(moves in a row in direction d - 1), at most max_step;
+        after a move the pooled windows start afresh (evidence is about the centre it was gathered at)
 
     Each window re-permutes the multipliers, so a shard that is simply easier cannot fake evidence, and the
     test's false-move rate does not depend on the loss's scale or noise.
@@ -635,7 +636,8 @@ class EvidenceController(Controller):
                 notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")
                 d = 0
             if not d:
-                streak[name] = 0
+                if len(history) > 1:  # a verdict (no effect, or blocked), not just too few windows yet
+                    streak[name] = 0
                 evidence[name] = history
                 offsets[name] = p.offset
                 continue
@@ -643,7 +645,9 @@ class EvidenceController(Controller):
             run = run + d if _sign(run) == d else d
             step = min(cfg.step_size * 2 ** (abs(run) - 1), cfg.max_step)
             streak[name] = run
-            evidence[name] = history
+            # the evidence was about the old centre: the new one must earn its own (at the best rate, the top
+            # replica past the edge of stability says "lower"; one step down puts it back below the edge)
+            evidence[name] = ()
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
             notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")
         state = replace(
