@@ -4,8 +4,9 @@ averaged every 25 steps, and the controller moves the base rate.
     torchrun --nproc_per_node 4 examples/digits_hdet.py
 
 The diff against examples/digits_onecycle.py is the import, the scheduler line, `scheduler.step(loss=loss)`
-and printing the trajectory. Each window's line says whether the base rate moved and why: the default controller
-moves only when the replicas' ranks beat the noise across windows, against the schedule's short-horizon bias.
+and printing the trajectory. Each window's line says whether the base rate moved and why: the default
+controller moves only when the replicas' ranks beat the noise across windows, against the schedule's
+short-horizon bias.
 """
 
 import argparse
