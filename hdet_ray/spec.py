@@ -22,6 +22,7 @@ from typing_extensions import Self
 from hdet_ray.core.controller import DEFAULT_CONTROLLER, ControllerConfig, make_controller
 from hdet_ray.core.health import HealthConfig
 from hdet_ray.core.hyperparams import HyperParam
+from hdet_ray.engine.options import HDETOptions, default_sync_every
 
 
 class SpecError(ValueError):
@@ -295,23 +296,28 @@ class JobSpec(Document):
     replicas: Int = Field(4, ge=1, le=1024, description="N, one Ray Train worker (and rank) per replica.")
     use_gpu: bool = False
     steps: Int = Field(400, ge=1, le=10_000_000, description="Optimizer steps per replica.")
-    sync_every: Int = Field(25, ge=1, description="T, steps between syncs; at most `steps`.")
-    fanout: Literal["local", "shared_grad"] = "shared_grad"
+    sync_every: Int | None = Field(
+        core_default(HDETOptions, "sync_every"),
+        ge=1,
+        description="T, steps between syncs; at most `steps`; null: the scheduler's default, min(50, steps).",
+    )
+    fanout: Literal["local", "shared_grad"] = core_default(HDETOptions, "fanout")
     optimizer: Literal["adamw", "sgd"] = "adamw"
     weight_decay: float = Field(0.0, ge=0, le=10)
     schedule: Schedule = Field(default_factory=Schedule)
     explore: list[Explore] = Field(default_factory=lambda: [Explore()], max_length=16)
-    auto_lr: bool = True
+    auto_lr: bool = core_default(HDETOptions, "auto_lr")
     controller: ControllerSpec = Field(default_factory=ControllerSpec)
-    opening_spread: float | None = Field(None, ge=1, le=1e6)
+    opening_spread: float | None = Field(core_default(HDETOptions, "opening_spread"), ge=1, le=1e6)
     optimizer_state: Literal["average", "keep", "reset"] | None = Field(
-        None, description="None: 'keep' under shared_grad (identical moments), else 'average'."
+        core_default(HDETOptions, "optimizer_state"),
+        description="None: 'keep' under shared_grad (identical moments), else 'average'.",
     )
-    balanced: bool = False
+    balanced: bool = core_default(HDETOptions, "balanced")
     health: Health = Field(default_factory=Health)
     validate_every: Int = Field(1, ge=1, description="Validate every this many windows (and at the end).")
     checkpoint_every: Int = Field(1, ge=1, description="Checkpoint every this many windows.")
-    seed: Int = Field(0, ge=0, le=2**31 - 1)
+    seed: Int = Field(core_default(HDETOptions, "seed"), ge=0, le=2**31 - 1)
     storage_path: str | None = Field(None, description="Where runs are written (default ./runs).")
     max_failures: Int = Field(0, ge=0, le=100, description="Worker-group restarts Ray Train may make.")
     collective_timeout_s: Int = Field(60, ge=5, le=3600)
@@ -326,7 +332,7 @@ class JobSpec(Document):
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
-        if self.sync_every > self.steps:
+        if self.sync_every is not None and self.sync_every > self.steps:
             raise ValueError(f"sync_every: must be <= steps ({self.steps}), got {self.sync_every}")
         names = [e.name for e in self.explore]
         if len(set(names)) != len(names):
@@ -354,8 +360,13 @@ class JobSpec(Document):
         return v
 
     @property
+    def sync_period(self) -> int:
+        """`sync_every`, or the scheduler's default when it is null."""
+        return self.sync_every if self.sync_every is not None else default_sync_every(self.steps)
+
+    @property
     def total_windows(self) -> int:
-        return math.ceil(self.steps / self.sync_every)
+        return math.ceil(self.steps / self.sync_period)
 
 
 def format_errors(e: ValidationError) -> str:

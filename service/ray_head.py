@@ -74,7 +74,9 @@ class EmbeddedHead:
         """Environment for processes of this head (and its jobs): token auth, explicitly."""
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_file)}
 
-    def start(self, timeout_s: float = 120.0) -> HeadInfo:
+    def start(self, timeout_s: float = 120.0, attempts: int = 2) -> HeadInfo:
+        """Start (or adopt) the head. A head that exits while starting is started once more with fresh ports:
+        on a loaded 2-core machine one of Ray's dashboard modules sometimes fails to come up in time."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         adopted = self._adopt()
         if adopted:
@@ -126,6 +128,9 @@ class EmbeddedHead:
         deadline = time.monotonic() + timeout_s
         while not self._ready(info):
             if self._proc.poll() is not None:
+                if attempts > 1:
+                    self.stop()
+                    return self.start(timeout_s, attempts - 1)
                 raise RuntimeError(
                     f"the embedded Ray head exited ({self._proc.returncode}); "
                     f"see {self.data_dir / 'ray-head.log'}"

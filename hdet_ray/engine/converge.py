@@ -14,8 +14,6 @@ from collections.abc import Iterable, Sequence
 import torch
 import torch.distributed as dist
 
-OPTIMIZER_STATE_POLICIES = ("average", "keep", "reset")
-
 
 def state_tensors(
     params: Sequence[torch.Tensor], model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None

@@ -1,5 +1,7 @@
 """`HDETOptions`: the keyword-only HDET options of `HDETOneCycleLR`, checked when built.
 
+Imports no torch (the job spec reads its defaults here, and the service's request models load no torch).
+
 Every check names the field and the range it allows. Defaults that depend on the run (the schedule's
 length, the number of replicas) are `None` here and resolved by `resolve`.
 """
@@ -14,11 +16,18 @@ from hdet_ray.core.controller import DEFAULT_CONTROLLER, Controller, Decision, W
 from hdet_ray.core.health import HealthConfig
 from hdet_ray.core.hyperparams import HyperParam, learning_rate
 from hdet_ray.core.records import WindowRecord
-from hdet_ray.engine.converge import OPTIMIZER_STATE_POLICIES
 
 FANOUT_MODES = ("local", "shared_grad")
 ROLLBACK_MODES = ("memory", "off")
+OPTIMIZER_STATE_POLICIES = ("average", "keep", "reset")
 DEFAULT_SYNC_EVERY = 50
+
+
+def default_sync_every(total_steps: int) -> int:
+    """The sync period when none is given: min(50, total_steps) (the scheduler's and the job spec's)."""
+    return min(DEFAULT_SYNC_EVERY, total_steps)
+
+
 DecideFn = Callable[[Window, WindowRecord], Decision]
 
 
@@ -27,7 +36,7 @@ class HDETOptions:
     sync_every: int | None = None
     """T, steps between syncs; None: min(50, total_steps)."""
     explore: Sequence[HyperParam] | None = None
-    """The hyperparameters to explore; None: the learning rate, log spread factor 2."""
+    """The hyperparameters to explore; None: `learning_rate()` (log_mean1 spread, factor 1.25)."""
     fanout: str = "shared_grad"
     """'shared_grad' (the paper's: gradients averaged every step, each rank applies its own rate) or 'local'
     (no collective between syncs)."""
@@ -93,7 +102,7 @@ class HDETOptions:
 
     def resolve(self, total_steps: int, replicas: int) -> HDETOptions:
         """These options with every run-dependent default filled in."""
-        sync_every = min(DEFAULT_SYNC_EVERY, total_steps) if self.sync_every is None else self.sync_every
+        sync_every = default_sync_every(total_steps) if self.sync_every is None else self.sync_every
         if not sync_every <= total_steps:
             raise ValueError(
                 f"sync_every must be an integer in [1, total_steps={total_steps}], got {sync_every!r}"

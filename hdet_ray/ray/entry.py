@@ -46,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
 
     print(
         f"hdet run: task {spec.task}, {spec.replicas} replicas, {spec.steps} steps, "
-        f"sync every {spec.sync_every} ({spec.total_windows} windows)",
+        f"sync every {spec.sync_period} ({spec.total_windows} windows)",
         flush=True,
     )
     try:
