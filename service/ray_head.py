@@ -28,8 +28,10 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-# Ray's session directories hold Unix sockets, whose paths are limited to ~107 bytes.
-_MAX_TEMP_DIR = 48
+# Ray's session directories hold Unix sockets, whose paths are limited to 107 bytes: the temp dir, then
+# "/session_2026-11-30_16-51-39_902061_22802" (up to 44 with a 7-digit pid) and "/sockets/dash_MetricsHead"
+# (25). A longer temp dir (pytest's /tmp/pytest-of-root/pytest-65/... is 45) kills the dashboard at start.
+_MAX_TEMP_DIR = 36
 _OBJECT_STORE_BYTES = 300 * 1024 * 1024  # the service's jobs pass tensors through collectives, not the store
 MIN_CPUS = 4
 
@@ -74,9 +76,7 @@ class EmbeddedHead:
         """Environment for processes of this head (and its jobs): token auth, explicitly."""
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_file)}
 
-    def start(self, timeout_s: float = 120.0, attempts: int = 2) -> HeadInfo:
-        """Start (or adopt) the head. A head that exits while starting is started once more with fresh ports:
-        on a loaded 2-core machine one of Ray's dashboard modules sometimes fails to come up in time."""
+    def start(self, timeout_s: float = 120.0) -> HeadInfo:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         adopted = self._adopt()
         if adopted:
@@ -128,9 +128,6 @@ class EmbeddedHead:
         deadline = time.monotonic() + timeout_s
         while not self._ready(info):
             if self._proc.poll() is not None:
-                if attempts > 1:
-                    self.stop()
-                    return self.start(timeout_s, attempts - 1)
                 raise RuntimeError(
                     f"the embedded Ray head exited ({self._proc.returncode}); "
                     f"see {self.data_dir / 'ray-head.log'}"
