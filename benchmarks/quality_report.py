@@ -62,7 +62,7 @@ class Cell:
         if math.isinf(m):
             dead = sum(math.isinf(x) for x in self.ratios(arm, shift))
             return f"diverged in {dead}/{n}"
-        return f"{m:.3f} ± {sd:.3f}"
+        return f"{m:.3f} ± {sd:.3f}" + (f" (n={n})" if n < len(self.seeds) else "")
 
 
 def cell_table(c: Cell) -> str:
@@ -98,7 +98,7 @@ def headline_table(cells: list[Cell]) -> str:
             rows.append(
                 [
                     c.info["workload"],
-                    f"{c.info['windows']}",
+                    f"{c.info['windows']} ({len(c.seeds)} seeds)",
                     start,
                     c.cell("fixed", shift),
                     c.cell("hdet", shift),
@@ -108,7 +108,7 @@ def headline_table(cells: list[Cell]) -> str:
         rows.append(
             [
                 c.info["workload"],
-                f"{c.info['windows']}",
+                f"{c.info['windows']} ({len(c.seeds)} seeds)",
                 "LR-free (no rate)",
                 f"Prodigy {c.cell('prodigy', None)}",
                 f"D-Adaptation {c.cell('dadapt', None)}",
@@ -233,7 +233,10 @@ def plot(c: Cell, path: Path) -> None:
 def report(summary: dict[str, Any], out: Path) -> str:
     img_dir = common.IMAGES if summary["mode"] == "full" else out / "img"
     machine = common.machine_line(summary["machine"])
-    cells = [Cell(name, info, summary["runs"], summary["seeds"]) for name, info in summary["cells"].items()]
+    cells = [
+        Cell(name, info, summary["runs"], info.get("seeds", summary["seeds"]))
+        for name, info in summary["cells"].items()
+    ]
     lead = (
         f"Command: `{summary['command']}`. Machine: {machine}. Seeds {summary['seeds']}, N = "
         f"{summary['replicas']} gloo processes, the same steps for every method. Cells: final validation "
@@ -246,7 +249,7 @@ def report(summary: dict[str, Any], out: Path) -> str:
         img = img_dir / f"quality_{c.name.replace('/', '_')}.png"
         plot(c, img)
         parts += [
-            f"### {c.name}: {c.info['windows']} windows of {c.info['sync_every']} steps",
+            f"### {c.name}: {c.info['windows']} windows of {c.info['sync_every']} steps, seeds {c.seeds}",
             "Oracle grid (fixed OneCycle, DDP):",
             grid_table(c),
             "From each start:",
