@@ -20,8 +20,7 @@ DEMO_JOB = {
     "replicas": 2,
     "steps": 300,
     "sync_every": 25,
-    "explore": [{"name": "lr", "target": "lr", "spread": "log", "size": 2.0}],
-}
+}  # everything else: the defaults a user gets
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
