@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import OneCycleLR
 
 from hdet_ray import HDETDivergedError
-from hdet_ray.loop import Replica, make_optimizer
+from hdet_ray.loop import Replica, make_optimizer, onecycle_arguments
 from hdet_ray.spec import JobSpec
 from hdet_ray.tasks import make_task
 
@@ -34,15 +34,7 @@ def _fixed(rank: int, world: int, spec: JobSpec) -> dict[str, Any]:
     model = task.model(spec.seed)
     ddp = DistributedDataParallel(model)
     optimizer = make_optimizer(spec, model)
-    s = spec.schedule
-    scheduler = OneCycleLR(
-        optimizer,
-        max_lr=s.max_lr,
-        total_steps=spec.steps,
-        pct_start=s.pct_start,
-        div_factor=s.div_factor,
-        final_div_factor=s.final_div_factor,
-    )
+    scheduler = OneCycleLR(optimizer, **onecycle_arguments(spec))
     batches = task.batches(rank, world, spec.seed)
     for _ in range(spec.steps):
         loss = task.loss(ddp, next(batches))

@@ -29,6 +29,24 @@ def make_optimizer(spec: JobSpec, model: torch.nn.Module) -> torch.optim.Optimiz
     return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=spec.weight_decay)
 
 
+def onecycle_arguments(spec: JobSpec) -> dict[str, Any]:
+    """OneCycleLR's arguments from a job spec: the one place both HDET and a plain OneCycleLR baseline
+    (benchmarks.runs) build their schedule from."""
+    s = spec.schedule
+    return {
+        "max_lr": s.max_lr,
+        "total_steps": spec.steps,
+        "pct_start": s.pct_start,
+        "anneal_strategy": s.anneal_strategy,
+        "cycle_momentum": s.cycle_momentum,
+        "base_momentum": s.base_momentum,
+        "max_momentum": s.max_momentum,
+        "div_factor": s.div_factor,
+        "final_div_factor": s.final_div_factor,
+        "three_phase": s.three_phase,
+    }
+
+
 def make_scheduler(
     spec: JobSpec,
     optimizer: torch.optim.Optimizer,
@@ -38,19 +56,9 @@ def make_scheduler(
     decide: DecideFn | None = None,
     on_record: Callable[[WindowRecord], None] | None = None,
 ) -> HDETOneCycleLR:
-    s = spec.schedule
     return HDETOneCycleLR(
         optimizer,
-        max_lr=s.max_lr,
-        total_steps=spec.steps,
-        pct_start=s.pct_start,
-        anneal_strategy=s.anneal_strategy,
-        cycle_momentum=s.cycle_momentum,
-        base_momentum=s.base_momentum,
-        max_momentum=s.max_momentum,
-        div_factor=s.div_factor,
-        final_div_factor=s.final_div_factor,
-        three_phase=s.three_phase,
+        **onecycle_arguments(spec),
         sync_every=spec.sync_every,
         explore=[e.to_hyperparam() for e in spec.explore],
         fanout=spec.fanout,
