@@ -202,8 +202,10 @@ def plot(c: Cell, path: Path) -> None:
     left.set_xlabel("max rate the run starts at")
     left.set_ylabel("final validation metric (mean over seeds)")
     finite = [m for m, _ in stats if math.isfinite(m)]
+    lrfree = [v for arm in LRFREE for v in c.values(arm, None) if math.isfinite(v)]
     if finite:
-        left.set_ylim(min(finite) * 0.9, min(max(finite), 3 * min(finite)) * 1.1)
+        low = min(finite + lrfree)  # the LR-free lines stay in view when they beat the grid
+        left.set_ylim(low * 0.9, min(max(finite), 3 * min(finite)) * 1.1)
     left.legend(fontsize=7)
     left.set_title(f"{c.name}: final metric by start rate")
     for shift, color in zip(START_SHIFTS.values(), ("tab:blue", "tab:green", "tab:red"), strict=True):
