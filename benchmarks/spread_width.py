@@ -5,7 +5,8 @@
 The MLP (SGD + momentum) of the quality benchmark at its oracle rate (0.316, the edge of stability: 1.0 is
 dead), with the controller off, so only the spread and the averaging act. Rows: the `log_mean1` spread factor
 (1.0 = the replicas all run the base rate: only the engine's own averaging differs from DDP) and the shared
-gradient's clip (`converge.average_gradients`: a rank's gradient is cut to `clip` x the ranks' median norm).
+gradient's clip (`engine/fanout.average_gradients`: a rank's gradient is cut to `clip` x the ranks'
+median norm).
 Results: `benchmarks/results/full/spread_width_runs.jsonl` (resumable) and `spread_width.md`.
 """
 
@@ -33,16 +34,20 @@ VARIANTS = {
 def job_fn(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     from benchmarks.workloads import run
     from hdet_ray.core.hyperparams import HyperParam
-    from hdet_ray.engine import converge
+    from hdet_ray.engine import fanout
 
-    if job["clip"] is not None:
-        original = converge.__dict__.setdefault("_unclipped", converge.average_gradients)
-        converge.average_gradients = functools.partial(original, clip=job["clip"])
+    if job["clip"] is not None:  # the scheduler calls fanout.average_gradients through the module
+        original = fanout.__dict__.setdefault("_unclipped", fanout.average_gradients)
+        fanout.average_gradients = functools.partial(original, clip=job["clip"])
     hdet = {"auto_lr": False, "explore": [HyperParam(name="lr", spread="log_mean1", size=job["size"])]}
     return run(rank, world, {**job, "hdet": hdet})
 
 
 def jobs() -> list[dict[str, Any]]:
+    """Fixed OneCycle (the reference), then every variant, for every seed."""
+    rows = [("fixed", "fixed", 1.0, None)] + [
+        (name, "hdet", size, clip) for name, (size, clip) in VARIANTS.items()
+    ]
     return [
         {
             "key": f"{name}/{s}",
@@ -51,28 +56,11 @@ def jobs() -> list[dict[str, Any]]:
             "sync_every": 10,
             "max_lr": RATE,
             "seed": s,
-            "arm": "hdet",
+            "arm": arm,
             "size": size,
             "clip": clip,
         }
-        for name, (size, clip) in VARIANTS.items()
-        for s in SEEDS
-    ]
-
-
-def fixed_jobs() -> list[dict[str, Any]]:
-    return [
-        {
-            "key": f"fixed/{s}",
-            "workload": "mlp",
-            "steps": 200,
-            "sync_every": 10,
-            "max_lr": RATE,
-            "seed": s,
-            "arm": "fixed",
-            "size": 1.0,
-            "clip": None,
-        }
+        for name, arm, size, clip in rows
         for s in SEEDS
     ]
 
@@ -80,7 +68,7 @@ def fixed_jobs() -> list[dict[str, Any]]:
 def main() -> int:
     out = common.results_dir("full")
     results_file = out / "spread_width_runs.jsonl"
-    run_jobs(job_fn, fixed_jobs() + jobs(), 4, results_file)
+    run_jobs(job_fn, jobs(), 4, results_file)
     res = read_results(results_file)
     fixed = [res[f"fixed/{s}"]["metric"] for s in SEEDS]
     oracle = sum(fixed) / len(fixed)

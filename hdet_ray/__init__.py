@@ -7,8 +7,7 @@ torch: only names from the engine (`HDETOneCycleLR`, `register_applier`, ...) im
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from hdet_ray._lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -36,14 +35,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hdet_ray' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(__name__, globals(), _EXPORTS)

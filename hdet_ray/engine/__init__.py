@@ -6,8 +6,7 @@ no torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from hdet_ray._lazy import lazy_names
 
 _EXPORTS = {
     "HDETOptions": "hdet_ray.engine.options",
@@ -17,10 +16,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hdet_ray.engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, globals(), _EXPORTS)
