@@ -57,4 +57,5 @@ if rank == 0:
             f"losses {[round(x, 3) for x in record.losses]} {record.note}"
         )
 if distributed:
+    dist.barrier()  # every rank leaves together: no rank tears down the group under another's last op
     dist.destroy_process_group()

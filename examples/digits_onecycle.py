@@ -48,4 +48,5 @@ for step in range(args.steps):
 if rank == 0:
     print("validation:", task.evaluate(model.module if distributed else model))
 if distributed:
+    dist.barrier()  # every rank leaves together: no rank tears down the group under another's last op
     dist.destroy_process_group()

@@ -1,13 +1,13 @@
 """Fan-out between syncs: under `shared_grad`, every rank applies the mean gradient with its own rate.
 
-`average_gradients` is the per-step collective (called from an optimizer pre-step hook); `ddp_wrapper`
-finds a DistributedDataParallel module that already averages the same gradients, so that the scheduler can
-warn about a second, redundant all-reduce.
+`average_gradients` is the per-step collective (called from an optimizer pre-step hook); `already_averaged`
+reads its first result to see whether something (DistributedDataParallel) averaged the gradients before it,
+so that the scheduler can warn about a second, redundant all-reduce. (An earlier version searched
+`gc.get_objects()` for a DDP module; under torchrun that scan intermittently aborted the process.)
 """
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 
 import torch
@@ -19,7 +19,9 @@ GRADIENT_CLIP = 3.0
 """`average_gradients`' default: a rank's gradient may be at most this multiple of the ranks' median norm."""
 
 
-def average_gradients(params: Sequence[torch.Tensor], group=None, clip: float = GRADIENT_CLIP) -> None:
+def average_gradients(
+    params: Sequence[torch.Tensor], group=None, clip: float = GRADIENT_CLIP
+) -> torch.Tensor | None:
     """shared_grad's per-step mean gradient, in place, that one unstable rank cannot poison.
 
     A rank whose gradient is non-finite contributes nothing; a finite one whose norm exceeds `clip` x the
@@ -28,10 +30,11 @@ def average_gradients(params: Sequence[torch.Tensor], group=None, clip: float = 
     unclipped,
     the mean is mostly its gradient, and every replica takes a step along it. Two collectives, no host sync:
     an all-gather of the N norms, then one SUM all-reduce per bucket that carries a contributor count.
+    Returns the gathered norms (on the gradients' device; None when there is no gradient).
     """
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
-        return
+        return None
     flats = converge.pack(grads)
     sq = torch.stack([f.double().pow(2).sum().to(flats[0].device) for f in flats]).sum()
     ok = torch.isfinite(sq)
@@ -50,20 +53,15 @@ def average_gradients(params: Sequence[torch.Tensor], group=None, clip: float = 
         dist.all_reduce(f, op=dist.ReduceOp.SUM, group=group)
         flats[i] = f[:-1] / f[-1:].clamp(min=1.0)
     converge.unpack(flats, grads)
+    return torch.cat(norms)
+
+
+def already_averaged(norms: torch.Tensor) -> bool:
+    """Did the ranks hand in bitwise-equal, non-zero gradients? Replicas that see their own data never do;
+    gradients that DistributedDataParallel has already averaged always do (one host read: call it once)."""
+    values = norms.tolist()
+    return len(values) > 1 and values[0] > 0 and all(v == values[0] for v in values)
 
 
 def is_ddp(model: object) -> bool:
     return isinstance(model, torch.nn.parallel.DistributedDataParallel)
-
-
-def ddp_wrapper(params: Sequence[torch.Tensor]) -> torch.nn.parallel.DistributedDataParallel | None:
-    """A live DistributedDataParallel module that holds any of `params`, or None.
-
-    DDP leaves no mark on the parameters it reduces, so this scans the live objects once (milliseconds for a
-    typical process; call it once, not per step).
-    """
-    ids = {id(p) for p in params}
-    for obj in gc.get_objects():
-        if is_ddp(obj) and any(id(p) in ids for p in obj.module.parameters()):
-            return obj
-    return None

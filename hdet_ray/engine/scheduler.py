@@ -238,22 +238,23 @@ class HDETOneCycleLR(OneCycleLR):
         return self._appliers[hp.name].bases()[0]
 
     def _average_gradients(self, optimizer, args, kwargs) -> None:
-        if not self._checked_ddp:
-            self._checked_ddp = True
-            if fanouts.ddp_wrapper(self._params) is not None:
-                warnings.warn(
-                    "HDETOneCycleLR(fanout='shared_grad'): the optimizer's parameters belong to a "
-                    "DistributedDataParallel module, which already averages the gradients, and the scheduler "
-                    "averages them again (twice the communication). Pass model=<the DDP-wrapped module>: "
-                    "HDET then leaves the gradient average to DDP.",
-                    UserWarning,
-                    stacklevel=2,
-                )
         if self._assignment.opening:
             # a range test 10x wide would average the top replica's gradient into every replica's update
             # (first-window losses of 1e6 and more): in the opening window the replicas train apart
             return
-        fanouts.average_gradients(self._params, self.options.process_group)
+        norms = fanouts.average_gradients(self._params, self.options.process_group)
+        if not self._checked_ddp and norms is not None:
+            # the first step only: equal gradients on every rank mean something (DDP) averaged them already
+            self._checked_ddp = True
+            if fanouts.already_averaged(norms):
+                warnings.warn(
+                    "HDETOneCycleLR(fanout='shared_grad'): every rank's gradient was identical before the "
+                    "scheduler averaged it, so it was averaged already (a DistributedDataParallel module?), "
+                    "and it is now all-reduced twice. Pass model=<the DDP-wrapped module>: HDET then leaves "
+                    "the gradient average to DDP.",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
     def annotate(self, **metrics: float) -> None:
         """Attach metrics (a validation score, wall time) to the next window's record."""
