@@ -9,13 +9,19 @@ import torch.multiprocessing as mp
 
 
 def _entry(rank, world, fn, init_file, out_dir, args):
+    import faulthandler
+
     import torch
     import torch.distributed as dist
 
+    faulthandler.enable()  # a native abort in a rank prints every thread's Python stack, not just "SIGABRT"
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         result = fn(rank, world, *args)
+        # every rank leaves together: a fast rank that tears the group down while a slow one still finishes
+        # the last collective can abort the slow one inside gloo (seen once in CI under load)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     with open(os.path.join(out_dir, f"{rank}.pkl"), "wb") as f:

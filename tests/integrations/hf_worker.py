@@ -74,6 +74,8 @@ def main(out: Path) -> None:
         "single_reduce_warning": any("switched off" in str(w.message) for w in caught),
     }
     (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
+    dist.barrier()  # leave together, and take the group down before the interpreter does
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
