@@ -18,6 +18,7 @@ The converge weights (plain mean, fitness-weighted, best replica) are part of th
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
@@ -106,6 +107,8 @@ class ControllerState:
     """Per replica (rank): its mean log-loss above the window's median over the windows seen (its shard's
     difficulty: multipliers are re-permuted every window, so their effect averages out of it)."""
     replica_seen: tuple[int, ...] = ()
+    recent_loss: tuple[float, ...] = ()
+    """The median healthy log-loss of the recent windows, oldest first (`EvidenceController`'s stall test)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -121,6 +124,7 @@ class ControllerState:
             "bias": dict(self.bias),
             "replica_bias": list(self.replica_bias),
             "replica_seen": list(self.replica_seen),
+            "recent_loss": list(self.recent_loss),
         }
 
     @classmethod
@@ -138,6 +142,7 @@ class ControllerState:
             bias={k: int(v) for k, v in d.get("bias", {}).items()},
             replica_bias=tuple(float(x) for x in d.get("replica_bias", ())),
             replica_seen=tuple(int(x) for x in d.get("replica_seen", ())),
+            recent_loss=tuple(float(x) for x in d.get("recent_loss", ())),
         )
 
 
@@ -521,6 +526,11 @@ class EvidenceConfig(ControllerConfig):
     overshot by 2x after a rollback on the benchmark's MLP)."""
     bias_aware: bool = True
     """Never move the way the schedule's short-horizon bias pushes on healthy windows (see the class)."""
+    stall_ratio: float | None = 0.5
+    """A move down on healthy windows needs the run to have stalled: the median loss at least this fraction
+    of its value `evidence_windows` windows earlier (so no such move before that many windows). While the loss still falls fast (it halved), the replicas
+    below the edge of stability look better than those at it, and the final result still prefers the edge.
+    None: no stall test."""
     shard_correction: bool = True
     """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
     difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
@@ -535,6 +545,8 @@ class EvidenceConfig(ControllerConfig):
             raise ValueError(f"step_size must be > 0, got {self.step_size}")
         if not self.max_step >= self.step_size:
             raise ValueError(f"max_step must be >= step_size ({self.step_size}), got {self.max_step}")
+        if self.stall_ratio is not None and not 0.0 < self.stall_ratio <= 1.0:
+            raise ValueError(f"stall_ratio must be in (0, 1] or None, got {self.stall_ratio}")
 
 
 SHARD_PRIOR_WINDOWS = 4
@@ -589,6 +601,10 @@ class EvidenceController(Controller):
     against the bias is evidence that beats it. So a good rate holds, a too-high one comes down during the
     rise, a too-low one goes up during the anneal. Windows that excluded a replica as unhealthy are evidence
     of instability, not of the horizon: there the bias does not block a move (the z test still applies).
+
+    The edge of stability: near the best rate, while the loss still falls fast, the replicas just below the
+    edge score better than those at it, yet the run's final loss prefers the edge. So a move down on healthy
+    windows also needs the run to have stalled (`stall_ratio`); a rate too high to learn has.
     """
 
     name = "evidence"
@@ -604,6 +620,17 @@ class EvidenceController(Controller):
         if cfg.shard_correction:
             losses = scored
         excluded = not all(window.healthy)
+        healthy = sorted(math.log(x) for x, ok in zip(window.losses, window.healthy, strict=True) if ok and x > 0)
+        recent = state.recent_loss
+        if healthy:
+            recent = (*recent, statistics.median(healthy))[-(cfg.evidence_windows + 1) :]
+        # not (yet) known to have stalled: too few windows, or the median loss now is below stall_ratio x its
+        # value evidence_windows windows ago
+        falling = ""
+        if cfg.stall_ratio is not None and len(recent) <= cfg.evidence_windows:
+            falling = "before the run has shown whether it stalls"
+        elif cfg.stall_ratio is not None and recent[-1] - recent[0] < math.log(cfg.stall_ratio):
+            falling = "while the loss still falls fast"
         offsets, evidence, streak = dict(state.offsets), dict(state.evidence), dict(state.streak)
         last_base, bias_of, signal, velocity = (
             dict(state.last_base),
@@ -632,6 +659,9 @@ class EvidenceController(Controller):
             d = _sign(z) if abs(z) >= cfg.z_threshold else 0
             if d and _sign(rho) != d:
                 d = 0  # the latest window disagrees: wait
+            if d < 0 and falling and not excluded:
+                notes.append(f"{name}: z {z:+.2f} points down {falling}; holding")
+                d = 0
             if d and cfg.bias_aware and d == bias and not excluded:
                 notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")
                 d = 0
@@ -659,6 +689,7 @@ class EvidenceController(Controller):
             velocity=velocity,
             replica_bias=replica_bias,
             replica_seen=replica_seen,
+            recent_loss=recent,
         )
         return state, offsets, signal, "; ".join(notes) or "no evidence beats the noise; holding"
 
