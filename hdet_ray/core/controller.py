@@ -620,7 +620,9 @@ class EvidenceController(Controller):
         if cfg.shard_correction:
             losses = scored
         excluded = not all(window.healthy)
-        healthy = sorted(math.log(x) for x, ok in zip(window.losses, window.healthy, strict=True) if ok and x > 0)
+        healthy = sorted(
+            math.log(x) for x, ok in zip(window.losses, window.healthy, strict=True) if ok and x > 0
+        )
         recent = state.recent_loss
         if healthy:
             recent = (*recent, statistics.median(healthy))[-(cfg.evidence_windows + 1) :]

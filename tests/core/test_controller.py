@@ -379,18 +379,18 @@ def test_evidence_holds_a_move_down_while_the_loss_still_falls_fast():
     # while the run learns fast): with the loss halving every 2 windows, hold; once it has stalled, move down
     rising = [0.1 * 1.2**i for i in range(8)]
     c = make_controller("evidence")
-    _, ds = run(c, falling_windows(2 ** -0.5, rising))
+    _, ds = run(c, falling_windows(2**-0.5, rising))
     assert all(d.offsets["lr"] == 0.0 for d in ds)
     assert "falls fast" in ds[-1].note and "whether it stalls" in ds[2].note
     _, ds = run(c, falling_windows(0.95, rising))  # 19% in 4 windows: stalled enough
     assert any(d.offsets["lr"] < 0 for d in ds)
     # stall_ratio=None restores the move; an exclusion (instability) is never held by it
-    _, ds = run(make_controller("evidence", stall_ratio=None), falling_windows(2 ** -0.5, rising))
+    _, ds = run(make_controller("evidence", stall_ratio=None), falling_windows(2**-0.5, rising))
     assert any(d.offsets["lr"] < 0 for d in ds)
-    _, ds = run(c, falling_windows(2 ** -0.5, rising, top_excluded=True))
+    _, ds = run(c, falling_windows(2**-0.5, rising, top_excluded=True))
     assert any(d.offsets["lr"] < 0 for d in ds)
     # and a move up is never held by it (it only guards against the edge's pull down)
-    _, ds = run(c, falling_windows(2 ** -0.5, [1.0 * 0.8**i for i in range(8)], losses=(4.0, 3.0, 2.0, 1.0)))
+    _, ds = run(c, falling_windows(2**-0.5, [1.0 * 0.8**i for i in range(8)], losses=(4.0, 3.0, 2.0, 1.0)))
     assert any(d.offsets["lr"] > 0 for d in ds)
 
 
