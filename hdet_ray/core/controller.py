@@ -528,9 +528,9 @@ class EvidenceConfig(ControllerConfig):
     """Never move the way the schedule's short-horizon bias pushes on healthy windows (see the class)."""
     stall_ratio: float | None = 0.5
     """A move down on healthy windows needs the run to have stalled: the median loss at least this fraction
-    of its value `evidence_windows` windows earlier (so no such move before that many windows). While the loss still falls fast (it halved), the replicas
-    below the edge of stability look better than those at it, and the final result still prefers the edge.
-    None: no stall test."""
+    of its value `evidence_windows` windows earlier (so no such move in the first evidence_windows + 1
+    windows). While the loss still falls fast (it halved), the replicas below the edge of stability look
+    better than those at it, and the final result still prefers the edge. None: no stall test."""
     shard_correction: bool = True
     """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
     difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
