@@ -19,19 +19,33 @@ from typing import Any
 import torch
 
 
-def trainable(config: dict[str, Any]) -> None:
-    from ray import tune
-    from torch.optim.lr_scheduler import OneCycleLR
+def _build(config: dict[str, Any]):
+    """(task, model, optimizer, steps, sync_every, seed) from a job spec (`config["spec"]`) or a quality
+    benchmark workload (`config["workload"]`: name, steps, sync_every, seed)."""
+    if "workload" in config:
+        from benchmarks import workloads
 
+        w = config["workload"]
+        task, kind = workloads.build(w["name"])
+        model = task.model(int(w["seed"]))
+        optimizer = workloads.make_optimizer(kind, model.parameters(), config["lr"] / 25.0, base=kind)
+        return task, model, optimizer, int(w["steps"]), int(w["sync_every"]), int(w["seed"])
     from hdet_ray.loop import make_optimizer
     from hdet_ray.spec import JobSpec
     from hdet_ray.tasks import make_task
 
-    torch.set_num_threads(1)
     spec = JobSpec.parse({**config["spec"], "replicas": 1, "schedule": {"max_lr": config["lr"]}})
     task = make_task(spec.task, **spec.task_options)
     model = task.model(spec.seed)
-    optimizer = make_optimizer(spec, model)
+    return task, model, make_optimizer(spec, model), spec.steps, spec.sync_every, spec.seed
+
+
+def trainable(config: dict[str, Any]) -> None:
+    from ray import tune
+    from torch.optim.lr_scheduler import OneCycleLR
+
+    torch.set_num_threads(1)
+    task, model, optimizer, steps, sync_every, seed = _build(config)
     step = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -42,16 +56,16 @@ def trainable(config: dict[str, Any]) -> None:
         step = state["step"]
     for group in optimizer.param_groups:
         group.pop("initial_lr", None)
-    scheduler = OneCycleLR(optimizer, max_lr=config["lr"], total_steps=spec.steps)
+    scheduler = OneCycleLR(optimizer, max_lr=config["lr"], total_steps=steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # stepping the schedule to `step` without optimizer steps
         for _ in range(step):
             scheduler.step()
-    batches = _stream(task, config["member"], spec.seed)
+    batches = _stream(task, config["member"], seed)
     for _ in range(step):  # the data stream is a pure function of (seed, member, position)
         next(batches)
-    while step < spec.steps:
-        for _ in range(min(spec.sync_every, spec.steps - step)):
+    while step < steps:
+        for _ in range(min(sync_every, steps - step)):
             loss = task.loss(model, next(batches))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -81,9 +95,15 @@ def _stream(task, member: int, seed: int):
 
 
 def run_pbt(
-    spec: dict[str, Any], start_lr: float, lr_range: tuple[float, float], members: int, storage: str
+    spec: dict[str, Any],
+    start_lr: float,
+    lr_range: tuple[float, float],
+    members: int,
+    storage: str,
+    source: str = "spec",
 ) -> dict[str, Any]:
-    """One PBT population (Ray must be initialised); returns the best trial's final metric."""
+    """One PBT population (Ray must be initialised); returns the best trial's final metric. `spec` is a job
+    spec (`source="spec"`) or a quality workload {name, steps, sync_every, seed} (`source="workload"`)."""
     from ray import tune
     from ray.tune.schedulers import PopulationBasedTraining
 
@@ -97,7 +117,7 @@ def run_pbt(
     )
     tuner = tune.Tuner(
         trainable,
-        param_space={"spec": spec, "lr": start_lr, "member": tune.grid_search(list(range(members)))},
+        param_space={source: spec, "lr": start_lr, "member": tune.grid_search(list(range(members)))},
         tune_config=tune.TuneConfig(metric="metric", mode="min", scheduler=scheduler, reuse_actors=True),
         # every checkpoint is kept: with num_to_keep, Tune 2.60 fails deleting checkpoints PBT already
         # replaced

@@ -139,6 +139,11 @@ def test_pbt_population_runs_on_a_local_ray(local_ray, tmp_path):
     out = run_pbt(TINY, 1e-2, (1e-4, 1e-1), 2, storage=str(tmp_path / "tune"))
     assert out["replica_steps"] == 40 and len(out["member_metrics"]) == 2
     assert math.isfinite(out["metric"]) and out["metric"] == min(out["member_metrics"])
+    # the quality benchmark's PBT column builds the cell's own workload (the BatchNorm CNN here)
+    cnn = {"name": "cnn", "steps": 20, "sync_every": 10, "seed": 0}
+    out = run_pbt(cnn, 1e-2, (1e-4, 1e-1), 2, storage=str(tmp_path / "tune-cnn"), source="workload")
+    assert out["replica_steps"] == 40 and len(out["member_metrics"]) == 2
+    assert math.isfinite(out["metric"]) and out["metric"] == min(out["member_metrics"])
 
 
 def test_gpu_check_dry_run_on_cpu(tmp_path, monkeypatch):
