@@ -7,6 +7,7 @@ A backend's methods block; the app calls them from worker threads.
 from __future__ import annotations
 
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -36,6 +37,15 @@ class JobBackend(Protocol):
         """Whether the cluster is known to be gone for good (its head process exited)."""
 
     def close(self) -> None: ...
+
+
+SUBMIT_RETRY_S = 90.0
+"""How long `RayJobs.submit` retries while the head has no job agent yet (a head just started, on a busy
+machine, answers 500 "No available agent to submit job, please try again later" for a while)."""
+
+
+def _agent_not_ready(error: Exception) -> bool:
+    return "No available agent" in str(error)
 
 
 class RayJobs:
@@ -73,12 +83,22 @@ class RayJobs:
             return False
 
     def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
-        self.client.submit_job(
-            entrypoint=entrypoint,
-            submission_id=job_id,
-            runtime_env={"env_vars": env} if env else None,
-            metadata={"submitted_by": "hdet-service"},
-        )
+        deadline, wait = time.monotonic() + SUBMIT_RETRY_S, 0.5
+        while True:
+            try:
+                self.client.submit_job(
+                    entrypoint=entrypoint,
+                    submission_id=job_id,
+                    runtime_env={"env_vars": env} if env else None,
+                    metadata={"submitted_by": "hdet-service"},
+                )
+                return
+            except RuntimeError as e:  # the agent registers a while after the head answers; the job
+                # was not created, so the same submission id is free to try again
+                if not _agent_not_ready(e) or time.monotonic() + wait > deadline or self.gone():
+                    raise
+            time.sleep(wait)
+            wait = min(wait * 2, 8.0)
 
     def status(self, job_id: str) -> tuple[str, str]:
         try:

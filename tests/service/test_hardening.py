@@ -249,3 +249,35 @@ def test_job_the_cluster_forgot_is_lost_unless_its_run_finished(memory_server):
             time.sleep(0.2)
     assert got[done]["status"] == "SUCCEEDED" and "summary.json" in got[done]["message"], got[done]
     assert got[lost]["status"] == "FAILED" and got[lost]["message"].startswith("lost:"), got[lost]
+
+
+def test_submission_waits_for_a_head_whose_job_agent_is_not_up_yet(monkeypatch):
+    # A head that has just started answers the Jobs API with 500 "No available agent to submit job, please
+    # try again later" until its agent registers (seen in CI under load). That window cannot be produced on
+    # demand with a real head, so the client's two calls are scripted here: the backend retries that error
+    # only, and gives up after SUBMIT_RETRY_S.
+    from service import backends
+
+    class Scripted:
+        def __init__(self, failures, error="No available agent to submit job, please try again later."):
+            self.failures, self.error, self.calls = failures, error, 0
+
+        def submit_job(self, **kwargs):
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise RuntimeError(f"Request failed with status code 500: {self.error}.")
+
+    monkeypatch.setattr(backends.time, "sleep", lambda s: None)
+    jobs = backends.RayJobs.__new__(backends.RayJobs)
+    jobs.process_alive = None
+    jobs.client = Scripted(3)
+    jobs.submit("hdet-x", "python -c pass")
+    assert jobs.client.calls == 4
+    jobs.client = Scripted(1, error="runtime_env is invalid")  # anything else fails at once
+    with pytest.raises(RuntimeError, match="runtime_env"):
+        jobs.submit("hdet-y", "python -c pass")
+    assert jobs.client.calls == 1
+    monkeypatch.setattr(backends, "SUBMIT_RETRY_S", 0.0)  # an agent that never comes: the error surfaces
+    jobs.client = Scripted(100)
+    with pytest.raises(RuntimeError, match="No available agent"):
+        jobs.submit("hdet-z", "python -c pass")
