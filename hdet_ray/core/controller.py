@@ -567,9 +567,7 @@ def _without_shard_bias(
     if len(finite) < 2 or min(finite) <= 0.0:
         return list(losses), bias, seen
     logs = [math.log(x) if math.isfinite(x) else math.nan for x in losses]
-    ordered = sorted(v for v in logs if math.isfinite(v))
-    half = len(ordered) // 2
-    median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+    median = statistics.median(v for v in logs if math.isfinite(v))
     # shrunk toward 0 while few windows are seen: one window's offsets are mostly its multipliers' effect
     scored = [
         v - b * k / (k + SHARD_PRIOR_WINDOWS) if math.isfinite(v) else math.nan
@@ -620,9 +618,11 @@ class EvidenceController(Controller):
         if cfg.shard_correction:
             losses = scored
         excluded = not all(window.healthy)
-        healthy = sorted(
-            math.log(x) for x, ok in zip(window.losses, window.healthy, strict=True) if ok and x > 0
-        )
+        healthy = [
+            math.log(x)
+            for x, ok in zip(window.losses, window.healthy, strict=True)
+            if ok and 0 < x < math.inf
+        ]
         recent = state.recent_loss
         if healthy:
             recent = (*recent, statistics.median(healthy))[-(cfg.evidence_windows + 1) :]
