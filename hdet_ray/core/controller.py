@@ -531,6 +531,11 @@ class EvidenceConfig(ControllerConfig):
     of its value `evidence_windows` windows earlier (so no such move in the first evidence_windows + 1
     windows). While the loss still falls fast (it halved), the replicas below the edge of stability look
     better than those at it, and the final result still prefers the edge. None: no stall test."""
+    climb_when_stalled: bool = True
+    """While the schedule rises, a move up on healthy windows is allowed once the run has stalled (the stall
+    test above, on windows after the first, whose loss is the initialisation's transient). A rate that is
+    right or high learns fast in the rise, and there the higher replicas' lead is the horizon's bias; a run
+    whose loss barely falls while the higher replicas keep winning is too low. Needs `stall_ratio`."""
     shard_correction: bool = True
     """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
     difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
@@ -587,7 +592,8 @@ class EvidenceController(Controller):
         rho_w = Spearman(coordinate, -loss) in window w          (exclusions rank worst)
         z = sum(rho over the last k windows) * sqrt((N - 1) / k)  (rho has variance 1/(N-1) under no effect)
         move d = sign(z) when |z| >= z_threshold and the latest rho agrees, by
-        step_size * 2**(moves in a row in direction d - 1), at most max_step;
+        step_size * 2**(moves in a row in direction d - 1), at most max_step (a run of moves ends with a
+        move the other way, or a full pool of evidence_windows windows with no verdict);
         after a move the pooled windows start afresh (evidence is about the centre it was gathered at)
 
     Each window re-permutes the multipliers, so a shard that is simply easier cannot fake evidence, and the
@@ -597,7 +603,9 @@ class EvidenceController(Controller):
     and the lower rate while it anneals (less noise now, less progress later). Evidence that points the way
     the schedule's bias does cannot be told from the bias, so with `bias_aware` it moves nothing; evidence
     against the bias is evidence that beats it. So a good rate holds, a too-high one comes down during the
-    rise, a too-low one goes up during the anneal. Windows that excluded a replica as unhealthy are evidence
+    rise, a too-low one goes up during the anneal. One exception (`climb_when_stalled`): in the rise, a run
+    whose loss has stalled is not being pulled by the horizon (that bias comes from fast progress), so there
+    the higher replicas' lead is evidence that the rate is too low. Windows that excluded a replica as unhealthy are evidence
     of instability, not of the horizon: there the bias does not block a move (the z test still applies).
 
     The edge of stability: near the best rate, while the loss still falls fast, the replicas just below the
@@ -664,11 +672,19 @@ class EvidenceController(Controller):
             if d < 0 and falling and not excluded:
                 notes.append(f"{name}: z {z:+.2f} points down {falling}; holding")
                 d = 0
-            if d and cfg.bias_aware and d == bias and not excluded:
+            climb = (
+                cfg.climb_when_stalled
+                and cfg.stall_ratio is not None
+                and d > 0
+                and bias > 0
+                and not falling
+                and state.windows > cfg.evidence_windows + 1  # the stall test no longer sees the first window
+            )
+            if d and cfg.bias_aware and d == bias and not excluded and not climb:
                 notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")
                 d = 0
             if not d:
-                if len(history) > 1:  # a verdict (no effect, or blocked), not just too few windows yet
+                if len(history) >= cfg.evidence_windows:  # a verdict on a full pool, not evidence building up
                     streak[name] = 0
                 evidence[name] = history
                 offsets[name] = p.offset

@@ -349,10 +349,12 @@ def test_evidence_never_follows_the_anneals_bias():
     # ...but higher rate better while annealing beats the bias: move up
     _, ds = run(c, schedule_windows([4.0, 3.0, 2.0, 1.0], bases))
     assert ds[-1].offsets["lr"] > 0
-    # rising base (warm-up): higher better is the bias (hold), lower better beats it (move down)
+    # rising base (warm-up): higher better while the loss falls fast is the bias (hold), lower better beats
+    # it (move down once stalled)
     rising = [0.1 * 1.5**i for i in range(6)]
-    _, ds = run(c, schedule_windows([4.0, 3.0, 2.0, 1.0], rising))
+    _, ds = run(c, falling_windows(2**-0.5, rising, losses=(4.0, 3.0, 2.0, 1.0)))
     assert all(d.offsets["lr"] == 0.0 for d in ds)
+    assert "bias" in ds[-1].note
     _, ds = run(c, schedule_windows([1.0, 2.0, 3.0, 4.0], rising))
     assert any(d.offsets["lr"] < 0 for d in ds)
     # without bias_aware it follows whatever it sees
@@ -392,6 +394,33 @@ def test_evidence_holds_a_move_down_while_the_loss_still_falls_fast():
     # and a move up is never held by it (it only guards against the edge's pull down)
     _, ds = run(c, falling_windows(2**-0.5, [1.0 * 0.8**i for i in range(8)], losses=(4.0, 3.0, 2.0, 1.0)))
     assert any(d.offsets["lr"] > 0 for d in ds)
+
+
+def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
+    # rising base, higher rate better every window (a too-low rate, or the rise's own bias). While the loss
+    # halves every 2 windows it is the bias: hold. With the loss barely falling (5% a window) the rate is too
+    # low: move up, but not before the stall test has a window after the first (its loss is the init's)
+    rising = [0.1 * 1.2**i for i in range(10)]
+    c = make_controller("evidence")
+    _, ds = run(c, falling_windows(2**-0.5, rising, losses=(4.0, 3.0, 2.0, 1.0)))
+    assert all(d.offsets["lr"] == 0.0 for d in ds)
+    stalled = falling_windows(0.95, rising, losses=(4.0, 3.0, 2.0, 1.0))
+    _, ds = run(c, stalled)
+    moved = [i for i, d in enumerate(ds) if d.acted]
+    assert moved and moved[0] == 5 and ds[5].offsets["lr"] > 0
+    # the steps double while the evidence for the next move builds up, even through a window with no effect
+    # (a run of moves ends only on a full pool without a verdict): window 6 ties, 7 is not enough, 8 moves
+    tie = Window(**{**{f: getattr(stalled[6], f) for f in Window.__dataclass_fields__}, "losses": (1.0,) * 4})
+    _, ds = run(c, [*stalled[:6], tie, *stalled[7:]])
+    moved = [i for i, d in enumerate(ds) if d.acted]
+    steps = [ds[i].offsets["lr"] - ds[i - 1].offsets["lr"] for i in moved]
+    assert moved[:2] == [5, 8] and steps[:2] == pytest.approx([0.25, 0.5])
+    # off: the old rule (never the bias's way on healthy windows)
+    _, ds = run(
+        make_controller("evidence", climb_when_stalled=False),
+        falling_windows(0.95, rising, losses=(4.0, 3.0, 2.0, 1.0)),
+    )
+    assert all(d.offsets["lr"] == 0.0 for d in ds)
 
 
 def test_evidence_an_exclusion_does_not_skip_the_test():
