@@ -605,8 +605,9 @@ class EvidenceController(Controller):
     against the bias is evidence that beats it. So a good rate holds, a too-high one comes down during the
     rise, a too-low one goes up during the anneal. One exception (`climb_when_stalled`): in the rise, a run
     whose loss has stalled is not being pulled by the horizon (that bias comes from fast progress), so there
-    the higher replicas' lead is evidence that the rate is too low. Windows that excluded a replica as unhealthy are evidence
-    of instability, not of the horizon: there the bias does not block a move (the z test still applies).
+    the higher replicas' lead is evidence that the rate is too low. Windows that excluded a replica as
+    unhealthy are evidence of instability, not of the horizon: there the bias does not block a move (the z
+    test still applies).
 
     The edge of stability: near the best rate, while the loss still falls fast, the replicas just below the
     edge score better than those at it, yet the run's final loss prefers the edge. So a move down on healthy
