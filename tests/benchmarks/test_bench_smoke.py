@@ -175,3 +175,40 @@ def test_bytelm_hdet_windows_are_healthy():
     replica.train(validate=False)
     assert [r.rollback for r in replica.scheduler.records] == [False, False]
     assert all(r.healthy == [True] for r in replica.scheduler.records)
+
+
+def test_signal_measures_a_cosine_per_window_and_reads_unmoved_windows():
+    from benchmarks.signal import by_phase, hypergradient_run, rank_signal
+
+    points = hypergradient_run("mlp", steps=20, sync_every=5, max_lr=0.3, seed=0)
+    assert [round(f, 2) for f, _ in points] == [0.25, 0.5, 0.75]  # one per window after the first
+    assert all(-1.0 <= c <= 1.0 and c != 0.0 for _, c in points)
+
+    def record(window, offset, signal, excluded=()):
+        p = {"offset": offset, "signal": signal}
+        return {
+            "step": 10 * (window + 1),
+            "total_steps": 100,
+            "params": {"lr": p},
+            "excluded": list(excluded),
+            "opening": False,
+        }
+
+    runs = {
+        "mlp/short/0/hdet/4": {
+            "records": [
+                record(0, 0.0, 0.6),
+                record(1, 0.0, -0.2, excluded=[1]),
+                record(2, 0.0, 1.0),
+                record(3, 0.25, 1.0),
+                record(4, 0.0, 1.0),
+            ]
+        }
+    }
+    # the excluded window is skipped, and nothing after the controller's first move is read
+    assert rank_signal(runs, "mlp", "short", 4) == [(0.1, 0.6), (0.3, 1.0)]
+    assert by_phase([(0.1, 0.6), (0.3, 1.0), (0.9, -0.5)]) == [
+        "+0.60 (100% > 0, 1)",
+        "+1.00 (100% > 0, 1)",
+        "-0.50 (0% > 0, 1)",
+    ]
