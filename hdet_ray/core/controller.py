@@ -66,6 +66,9 @@ class Window:
     params: Mapping[str, ParamWindow]
     opening: bool = False
     """True when this window ran the wide opening spread (a range test across replicas)."""
+    hypergradient: float = math.nan
+    """The window hypergradient of the rate: -cos(g, step), > 0 where a higher rate would have gone further
+    (the median over healthy replicas; NaN where not measured)."""
 
     @property
     def replicas(self) -> int:
@@ -251,6 +254,11 @@ class Controller:
         if config is not None and settings:
             raise TypeError("pass either a config or keyword settings, not both")
         self.config = config if config is not None else self.Config(**settings)
+
+    @property
+    def wants_hypergradient(self) -> bool:
+        """Whether the engine should measure `Window.hypergradient` (it keeps the window's start for it)."""
+        return False
 
     def initial_state(self, names: Sequence[str]) -> ControllerState:
         return ControllerState(
@@ -511,6 +519,9 @@ class SlopeController(Controller):
         return replace(state, velocity=velocity, signs=signs), offsets, signal, note
 
 
+SIGNALS = ("hypergradient", "rank")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EvidenceConfig(ControllerConfig):
     """Move on evidence that beats the noise, against the schedule's bias, with a sign-adaptive step."""
@@ -536,6 +547,13 @@ class EvidenceConfig(ControllerConfig):
     test above, on windows after the first, whose loss is the initialisation's transient). A rate that is
     right or high learns fast in the rise, and there the higher replicas' lead is the horizon's bias; a run
     whose loss barely falls while the higher replicas keep winning is too low. Needs `stall_ratio`."""
+    signal: str = "hypergradient"
+    """The rate's evidence (`rollback_param`'s): 'hypergradient', the sign of -cos(g, step), the gradient at
+    the window's last step against the window's step so far (> 0: the step fell short of where the loss
+    along it stops falling), measured by the engine on the gradient every replica applies; pooled as a sign
+    test, z = sum(signs) / sqrt(k), so a move needs `evidence_windows` agreeing windows. 'rank': Spearman's
+    rho of the replicas' window losses. A window without a measured hypergradient uses rank, and other
+    hyperparameters always do."""
     shard_correction: bool = True
     """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
     difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
@@ -552,9 +570,13 @@ class EvidenceConfig(ControllerConfig):
             raise ValueError(f"max_step must be >= step_size ({self.step_size}), got {self.max_step}")
         if self.stall_ratio is not None and not 0.0 < self.stall_ratio <= 1.0:
             raise ValueError(f"stall_ratio must be in (0, 1] or None, got {self.stall_ratio}")
+        if self.signal not in SIGNALS:
+            raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
 
 
 SHARD_PRIOR_WINDOWS = 4
+SIGN_POOL = "#hypergradient"
+"""Suffix of the key the pooled hypergradient signs have in `ControllerState.evidence` (rank: the name)."""
 
 
 def _without_shard_bias(
@@ -617,6 +639,10 @@ class EvidenceController(Controller):
     name = "evidence"
     Config = EvidenceConfig
 
+    @property
+    def wants_hypergradient(self) -> bool:
+        return self.config.signal == "hypergradient"  # type: ignore[attr-defined]
+
     def _move(self, state, window):
         cfg: EvidenceConfig = self.config  # type: ignore[assignment]
         n = window.replicas
@@ -658,15 +684,24 @@ class EvidenceController(Controller):
                 else 0
             )
             last_base[name] = p.base
-            rho = rank_correlation(p.coords, losses)
-            history = evidence.get(name, ())
+            # this window's evidence: the sign of the rate's hypergradient where it was measured (a sign
+            # test), otherwise the replicas' rank correlation; the two are pooled apart
+            h = window.hypergradient
+            sign_test = cfg.signal == "hypergradient" and name == cfg.rollback_param and math.isfinite(h)
+            key, other = (name + SIGN_POOL, name) if sign_test else (name, name + SIGN_POOL)
+            evidence.pop(other, None)  # a change of signal starts the pool afresh
+            rho = float(_sign(h)) if sign_test else rank_correlation(p.coords, losses)
+            history = evidence.get(key, ())
             if name in bias_of and bias != bias_of[name]:
                 history = ()  # a new phase: the old evidence carried the old phase's bias
             if math.isfinite(previous):
                 bias_of[name] = bias
             history = ((*history, rho))[-cfg.evidence_windows :]
-            z = sum(history) * math.sqrt((n - 1) / len(history)) if n > 1 else 0.0
-            signal[name], velocity[name] = rho, z
+            if sign_test:  # under "the rate does not matter" each sign is +-1 with equal odds
+                z = sum(history) / math.sqrt(len(history))
+            else:
+                z = sum(history) * math.sqrt((n - 1) / len(history)) if n > 1 else 0.0
+            signal[name], velocity[name] = (h if sign_test else rho), z
             d = _sign(z) if abs(z) >= cfg.z_threshold else 0
             if d and _sign(rho) != d:
                 d = 0  # the latest window disagrees: wait
@@ -687,7 +722,7 @@ class EvidenceController(Controller):
             if not d:
                 if len(history) >= cfg.evidence_windows:  # a verdict on a full pool, not evidence building up
                     streak[name] = 0
-                evidence[name] = history
+                evidence[key] = history
                 offsets[name] = p.offset
                 continue
             run = streak.get(name, 0)
@@ -696,7 +731,7 @@ class EvidenceController(Controller):
             streak[name] = run
             # the evidence was about the old centre: the new one must earn its own (at the best rate, the top
             # replica past the edge of stability says "lower"; one step down puts it back below the edge)
-            evidence[name] = ()
+            evidence[key] = ()
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
             notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")
         state = replace(

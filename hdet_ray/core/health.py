@@ -62,6 +62,9 @@ class ReplicaStats:
     min_loss: float
     params_finite: bool
     count: int
+    slope: float = math.nan
+    """-cos(gradient at the window's last step, the window's step so far): > 0, a higher rate would have
+    gone further (NaN where not measured)."""
 
 
 def start_loss(stats: Sequence[ReplicaStats]) -> float:

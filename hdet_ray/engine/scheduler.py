@@ -143,6 +143,13 @@ class HDETOneCycleLR(OneCycleLR):
                                 total_steps=self.total_steps)  # fmt: skip
         self._grad_hook = self._fanout_hook()
         self._checked_ddp = False
+        # the window hypergradient (what the evidence controller reads by default): the window's start state
+        # is kept (4 bytes per parameter) and the gradient of its last step compared with the step so far
+        self._measuring = self.replicas > 1 and self.controller.wants_hypergradient
+        self._window_start: list[torch.Tensor] | None = None
+        self._slope_hook = (
+            self.optimizer.register_step_pre_hook(self._measure_slope) if self._measuring else None
+        )
         self._start()
 
     def _fanout_hook(self) -> RemovableHandle | None:
@@ -169,8 +176,31 @@ class HDETOneCycleLR(OneCycleLR):
         if self.options.noise > 0.0:
             self._add_noise(self.options.noise)
         self._assignment = Assignment.draw(self.options, self.replicas, self.rank, self.state.window)
+        self._keep_window_start()
         self._ready = True
         self._write_values()
+
+    def _keep_window_start(self) -> None:
+        if self._measuring:
+            self._window_start = [p.detach().clone() for p in self._params]
+
+    def _measure_slope(self, optimizer, args, kwargs) -> None:
+        """Before the window's last step: -cos(gradient, the window's step so far) on this rank. Runs after
+        the `shared_grad` average (hooks run in the order registered), so every rank reads the same
+        gradient; under DDP it is averaged already. Only tensor ops: read at the sync with the losses."""
+        start, last = self._window_start, cast(int, self.options.sync_every) - 1  # resolved: an int
+        if start is None or self.state.in_window != last:
+            return
+        terms = []
+        for p, p0 in zip(self._params, start, strict=True):
+            if p.grad is None:
+                continue
+            g, d = p.grad.detach().double(), (p.detach() - p0).double()
+            terms.append(torch.stack([(g * d).sum(), (g * g).sum(), (d * d).sum()]).to(start[0].device))
+        if not terms:
+            return
+        dot, gg, dd = torch.stack(terms).sum(dim=0)
+        self.state.slope = -dot / (gg * dd).sqrt().clamp_min(1e-300)  # 0-dim; NaN from a NaN gradient
 
     # -- the per-step path ------------------------------------------------------------------------------
     def observe(self, loss: torch.Tensor | float) -> None:
@@ -269,6 +299,7 @@ class HDETOneCycleLR(OneCycleLR):
 
     def _end_window(self) -> None:
         self._sync(self.state, self._assignment)
+        self._keep_window_start()
         self.state.window += 1
         self.state.in_window = 0
         self.state.loss.reset()
@@ -372,6 +403,7 @@ class HDETOneCycleLR(OneCycleLR):
             for k, a in self._appliers.items():
                 a.load_state_dict(hdet["appliers"][k])
         self._snapshot.keep_at_next_step(self.optimizer, lambda: self._sync.tensors(False))
+        self._window_start = None  # the loaded weights arrive after this: the next window starts afresh
         self._assignment = Assignment.draw(self.options, self.replicas, self.rank, self.state.window)
         self._write_values()
 
@@ -391,10 +423,13 @@ class HDETOneCycleLR(OneCycleLR):
         return True
 
     def close(self) -> None:
-        """Remove the optimizer hooks (the `shared_grad` average, a pending rollback snapshot)."""
-        if self._grad_hook is not None:
-            self._grad_hook.remove()
-            self._grad_hook = None
+        """Remove the optimizer hooks (the `shared_grad` average, the hypergradient, a pending rollback
+        snapshot) and drop the window's start state."""
+        for hook in (self._grad_hook, self._slope_hook):
+            if hook is not None:
+                hook.remove()
+        self._grad_hook = self._slope_hook = None
+        self._window_start = None
         self._snapshot.close()
 
 

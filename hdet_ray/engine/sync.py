@@ -96,7 +96,10 @@ class WindowSync:
         tensors = self.tensors(average_opt)
         flats = converge.pack(tensors)
         device = flats[0].device if flats else torch.device("cpu")
-        stats = self.gather(state.loss.stats(device, converge.params_finite(self.params)))
+        local = state.loss.stats(device, converge.params_finite(self.params))
+        slope = state.slope if state.slope is not None else torch.tensor(math.nan, dtype=torch.float64)
+        stats = self.gather(torch.cat([local, slope.to(device=local.device, dtype=local.dtype).reshape(1)]))
+        state.slope = None
         healthy, reasons = state.health.assess(stats, self.options.health)
         window = self.window_input(state, assignment, stats, healthy)
         record = draft_record(window, stats, reasons, assignment.all, start_loss(stats))
@@ -138,6 +141,7 @@ class WindowSync:
                 min_loss=r[3],
                 params_finite=r[4] > 0.5,
                 count=int(r[5]),
+                slope=r[6],
             )
             for r in rows
         ]
@@ -159,6 +163,10 @@ class WindowSync:
                 offset_bounds=hp.offset_bounds,
             )
         losses = tuple(s.mean_loss if (s.count and math.isfinite(s.mean_loss)) else math.nan for s in stats)
+        slopes = sorted(
+            s.slope for s, ok in zip(stats, healthy, strict=True) if ok and math.isfinite(s.slope)
+        )
+        hyper = slopes[len(slopes) // 2] if slopes else math.nan
         return Window(
             window=state.window,
             step=state.steps_done,
@@ -167,6 +175,7 @@ class WindowSync:
             healthy=tuple(healthy),
             params=params,
             opening=assignment.opening,
+            hypergradient=hyper,
         )
 
     def decide(self, state: HDETState, window: Window, record: WindowRecord) -> Decision:
