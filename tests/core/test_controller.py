@@ -423,6 +423,34 @@ def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
     assert all(d.offsets["lr"] == 0.0 for d in ds)
 
 
+def test_evidence_reads_the_hypergradient_as_a_sign_test_behind_the_same_gates():
+    from dataclasses import replace
+
+    def measured(i, h, base=1.0):  # equal losses: only the hypergradient says anything
+        return replace(window([2.0] * 4, index=i, step=10 * (i + 1), base=base), hypergradient=h)
+
+    c = make_controller("evidence")
+    assert c.wants_hypergradient and not make_controller("evidence", signal="rank").wants_hypergradient
+    # flat schedule, the step fell short 4 windows running: z = 4 / sqrt(4) = 2, a move at the 4th, not before
+    _, ds = run(c, [measured(i, 0.3) for i in range(4)])
+    assert [d.acted for d in ds] == [False, False, False, True] and ds[-1].offsets["lr"] == 0.25
+    assert ds[-1].signal["lr"] == 0.3 and ds[-1].velocity["lr"] == pytest.approx(2.0)
+    # one window that overshot among them: no move
+    _, ds = run(c, [measured(i, h) for i, h in enumerate([0.3, -0.1, 0.3, 0.3])])
+    assert not any(d.acted for d in ds)
+    # annealing base, overshooting every window: what the anneal's bias produces, so hold
+    _, ds = run(c, [measured(i, -0.3, base=0.8**i) for i in range(6)])
+    assert all(d.offsets["lr"] == 0.0 for d in ds) and "bias" in ds[-1].note
+    # a window without a measurement (NaN) uses the replicas' rank test, and restarts the pool
+    state, _ = run(c, [measured(i, 0.3) for i in range(3)])
+    state, d = c.decide(state, window([4.0, 3.0, 2.0, 1.0], index=3, step=40))
+    assert not d.acted and "lr" in state.evidence and "lr#hypergradient" not in state.evidence
+    assert ControllerState.from_dict(state.to_dict()) == state
+    # signal='rank' ignores it
+    _, ds = run(make_controller("evidence", signal="rank"), [measured(i, 0.3) for i in range(4)])
+    assert not any(d.acted for d in ds)
+
+
 def test_evidence_an_exclusion_does_not_skip_the_test():
     # one window with the top replica excluded: strong but single evidence -> no move yet (z = 1.73)
     c = make_controller("evidence")
@@ -449,6 +477,8 @@ def test_evidence_settings_are_validated():
         make_controller("evidence", step_size=0.5, max_step=0.1)
     with pytest.raises(ValueError, match="stall_ratio"):
         make_controller("evidence", stall_ratio=1.5)
+    with pytest.raises(ValueError, match="signal must be one of"):
+        make_controller("evidence", signal="loss")
 
 
 def test_evidence_removes_a_shards_own_difficulty():
