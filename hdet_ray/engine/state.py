@@ -78,8 +78,8 @@ class HDETState:
     pending: dict[str, float] = field(default_factory=dict)
     """Metrics given to `annotate`, attached to the next window's record."""
     health: HealthMemory = field(default_factory=HealthMemory)
-    slope: Any = None
-    """This rank's window hypergradient (a 0-dim tensor), measured at the window's last step; not saved."""
+    slope: torch.Tensor | None = None
+    """This rank's window hypergradient (0-dim), measured before the window's last step; not saved."""
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -14,6 +14,7 @@ hyperparameter from `(seed, window, name)`, so every rank agrees without communi
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NoReturn
@@ -163,10 +164,8 @@ class WindowSync:
                 offset_bounds=hp.offset_bounds,
             )
         losses = tuple(s.mean_loss if (s.count and math.isfinite(s.mean_loss)) else math.nan for s in stats)
-        slopes = sorted(
-            s.slope for s, ok in zip(stats, healthy, strict=True) if ok and math.isfinite(s.slope)
-        )
-        hyper = slopes[len(slopes) // 2] if slopes else math.nan
+        slopes = [s.slope for s, ok in zip(stats, healthy, strict=True) if ok and math.isfinite(s.slope)]
+        hyper = statistics.median_high(slopes) if slopes else math.nan
         return Window(
             window=state.window,
             step=state.steps_done,
