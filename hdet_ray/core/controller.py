@@ -112,6 +112,8 @@ class ControllerState:
     replica_seen: tuple[int, ...] = ()
     recent_loss: tuple[float, ...] = ()
     """The median healthy log-loss of the recent windows, oldest first (`EvidenceController`'s stall test)."""
+    peak_base: dict[str, float] = field(default_factory=dict)
+    """Per hyperparameter: the largest base value the schedule has reached so far (`EvidenceController`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +130,7 @@ class ControllerState:
             "replica_bias": list(self.replica_bias),
             "replica_seen": list(self.replica_seen),
             "recent_loss": list(self.recent_loss),
+            "peak_base": dict(self.peak_base),
         }
 
     @classmethod
@@ -146,6 +149,7 @@ class ControllerState:
             replica_bias=tuple(float(x) for x in d.get("replica_bias", ())),
             replica_seen=tuple(int(x) for x in d.get("replica_seen", ())),
             recent_loss=tuple(float(x) for x in d.get("recent_loss", ())),
+            peak_base={k: float(v) for k, v in d.get("peak_base", {}).items()},
         )
 
 
@@ -554,6 +558,17 @@ class EvidenceConfig(ControllerConfig):
     test, z = sum(signs) / sqrt(k), so a move needs `evidence_windows` agreeing windows. 'rank': Spearman's
     rho of the replicas' window losses. A window without a measured hypergradient uses rank, and other
     hyperparameters always do."""
+    continue_up: bool = True
+    """After a move up on the hypergradient its pooled signs are kept, so the next window that agrees moves
+    again, the step doubling to `max_step` (a sign-adaptive step, as in Rprop): a rate too low says so in
+    every window, and crosses 10x in 5 windows instead of 20. A move up that overshoots turns the sign (or
+    a replica unhealthy) and the run of moves ends there. Moves down start afresh: at and above its best
+    rate the hypergradient of some workloads (the benchmark's byte LM) keeps saying "lower", and a kept pool
+    walks such a rate down one window at a time."""
+    late_anneal: float | None = 0.5
+    """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
+    hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short
+    of where the loss along them stops falling whatever the rate. None: it is read to the end."""
     shard_correction: bool = True
     """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
     difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
@@ -570,6 +585,8 @@ class EvidenceConfig(ControllerConfig):
             raise ValueError(f"max_step must be >= step_size ({self.step_size}), got {self.max_step}")
         if self.stall_ratio is not None and not 0.0 < self.stall_ratio <= 1.0:
             raise ValueError(f"stall_ratio must be in (0, 1] or None, got {self.stall_ratio}")
+        if self.late_anneal is not None and not 0.0 < self.late_anneal <= 1.0:
+            raise ValueError(f"late_anneal must be in (0, 1] or None, got {self.late_anneal}")
         if self.signal not in SIGNALS:
             raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
 
@@ -669,6 +686,7 @@ class EvidenceController(Controller):
         elif cfg.stall_ratio is not None and recent[-1] - recent[0] < math.log(cfg.stall_ratio):
             falling = "while the loss still falls fast"
         offsets, evidence, streak = dict(state.offsets), dict(state.evidence), dict(state.streak)
+        peak_base = dict(state.peak_base)
         last_base, bias_of, signal, velocity = (
             dict(state.last_base),
             dict(state.bias),
@@ -684,10 +702,18 @@ class EvidenceController(Controller):
                 else 0
             )
             last_base[name] = p.base
+            peak_base[name] = max(peak_base.get(name, p.base), p.base)
             # this window's evidence: the sign of the rate's hypergradient where it was measured (a sign
             # test), otherwise the replicas' rank correlation; the two are pooled apart
             h = window.hypergradient
             sign_test = cfg.signal == "hypergradient" and name == cfg.rollback_param and math.isfinite(h)
+            late = (  # steps fall short by design there: the hypergradient is held, not read
+                sign_test
+                and not excluded
+                and cfg.late_anneal is not None
+                and bias < 0
+                and p.base < cfg.late_anneal * peak_base[name]
+            )
             key, other = (name + SIGN_POOL, name) if sign_test else (name, name + SIGN_POOL)
             evidence.pop(other, None)  # a change of signal starts the pool afresh
             rho = float(_sign(h)) if sign_test else rank_correlation(p.coords, losses)
@@ -696,8 +722,11 @@ class EvidenceController(Controller):
                 history = ()  # a new phase: the old evidence carried the old phase's bias
             if math.isfinite(previous):
                 bias_of[name] = bias
-            history = ((*history, rho))[-cfg.evidence_windows :]
-            if sign_test:  # under "the rate does not matter" each sign is +-1 with equal odds
+            if not late:
+                history = ((*history, rho))[-cfg.evidence_windows :]
+            if not history:
+                z = 0.0
+            elif sign_test:  # under "the rate does not matter" each sign is +-1 with equal odds
                 z = sum(history) / math.sqrt(len(history))
             else:
                 z = sum(history) * math.sqrt((n - 1) / len(history)) if n > 1 else 0.0
@@ -705,6 +734,9 @@ class EvidenceController(Controller):
             d = _sign(z) if abs(z) >= cfg.z_threshold else 0
             if d and _sign(rho) != d:
                 d = 0  # the latest window disagrees: wait
+            if late:
+                notes.append(f"{name}: late in the anneal every step falls short; the hypergradient is held")
+                d = 0
             if d < 0 and falling and not excluded:
                 notes.append(f"{name}: z {z:+.2f} points down {falling}; holding")
                 d = 0
@@ -731,7 +763,7 @@ class EvidenceController(Controller):
             streak[name] = run
             # the evidence was about the old centre: the new one must earn its own (at the best rate, the top
             # replica past the edge of stability says "lower"; one step down puts it back below the edge)
-            evidence[key] = ()
+            evidence[key] = history if sign_test and d > 0 and cfg.continue_up else ()
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
             notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")
         state = replace(
@@ -744,6 +776,7 @@ class EvidenceController(Controller):
             replica_bias=replica_bias,
             replica_seen=replica_seen,
             recent_loss=recent,
+            peak_base=peak_base,
         )
         return state, offsets, signal, "; ".join(notes) or "no evidence beats the noise; holding"
 

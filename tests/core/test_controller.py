@@ -439,7 +439,7 @@ def test_evidence_reads_the_hypergradient_as_a_sign_test_behind_the_same_gates()
     _, ds = run(c, [measured(i, h) for i, h in enumerate([0.3, -0.1, 0.3, 0.3])])
     assert not any(d.acted for d in ds)
     # annealing base, overshooting every window: what the anneal's bias produces, so hold
-    _, ds = run(c, [measured(i, -0.3, base=0.8**i) for i in range(6)])
+    _, ds = run(c, [measured(i, -0.3, base=0.85**i) for i in range(5)])
     assert all(d.offsets["lr"] == 0.0 for d in ds) and "bias" in ds[-1].note
     # a window without a measurement (NaN) uses the replicas' rank test, and restarts the pool
     state, _ = run(c, [measured(i, 0.3) for i in range(3)])
@@ -449,6 +449,50 @@ def test_evidence_reads_the_hypergradient_as_a_sign_test_behind_the_same_gates()
     # signal='rank' ignores it
     _, ds = run(make_controller("evidence", signal="rank"), [measured(i, 0.3) for i in range(4)])
     assert not any(d.acted for d in ds)
+
+
+def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_late_in_the_anneal():
+    from dataclasses import replace
+
+    def measured(i, h, base=1.0, losses=(2.0,) * 4):
+        return replace(window(list(losses), index=i, step=10 * (i + 1), base=base), hypergradient=h)
+
+    # flat schedule, short every window: the 4th window moves, then every agreeing window moves again,
+    # the step doubling (0.25, 0.5, 0.5): 10x in 5 windows instead of 20 (each window here is at offset 0,
+    # so a decision's offset is its step)
+    _, ds = run(make_controller("evidence"), [measured(i, 0.3) for i in range(6)])
+    assert [d.acted for d in ds] == [False, False, False, True, True, True]
+    assert [d.offsets["lr"] for d in ds[3:]] == pytest.approx([0.25, 0.5, 0.5])
+    # one window that overshot ends the run of moves: the pool must fill with agreeing signs again
+    hs = [0.3, 0.3, 0.3, 0.3, -0.1, 0.3, 0.3, 0.3, 0.3]
+    _, ds = run(make_controller("evidence"), [measured(i, h) for i, h in enumerate(hs)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 8] and ds[8].offsets["lr"] == 0.25
+    # off: every move needs a fresh pool of 4
+    _, ds = run(make_controller("evidence", continue_up=False), [measured(i, 0.3) for i in range(8)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 7]
+    # moves down start afresh (a stalled run, flat schedule): one move per 4 windows
+    _, ds = run(make_controller("evidence"), [measured(i, -0.3) for i in range(10)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [4, 8]
+    # late in the anneal (base below half its peak) the hypergradient is held: the schedule makes every
+    # step fall short there, whatever the rate
+    bases = [1.0, 0.9, 0.8, 0.7, 0.6, 0.45, 0.4, 0.35, 0.3, 0.25]
+    state, ds = run(make_controller("evidence"), [measured(i, 0.3, base=b) for i, b in enumerate(bases)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 4]
+    assert all("late in the anneal" in d.note for d in ds[5:]) and state.peak_base == {"lr": 1.0}
+    assert ControllerState.from_dict(state.to_dict()) == state
+    _, ds = run(
+        make_controller("evidence", late_anneal=None), [measured(i, 0.3, base=b) for i, b in enumerate(bases)]
+    )
+    assert all(d.acted for d in ds[3:])
+    # an excluded replica late in the anneal is still read (instability is not the schedule's doing)
+    late_bad = [
+        replace(w, healthy=(True, True, True, False), losses=(1.0, 2.0, 3.0, 9.0))
+        for w in [measured(i, -0.3, base=b) for i, b in enumerate(bases)]
+    ]
+    _, ds = run(make_controller("evidence"), late_bad)
+    assert any(d.acted and d.offsets["lr"] < 0 for d in ds[5:])
+    with pytest.raises(ValueError, match="late_anneal"):
+        make_controller("evidence", late_anneal=1.5)
 
 
 def test_evidence_an_exclusion_does_not_skip_the_test():
