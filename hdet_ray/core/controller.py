@@ -114,6 +114,10 @@ class ControllerState:
     """The median healthy log-loss of the recent windows, oldest first (`EvidenceController`'s stall test)."""
     peak_base: dict[str, float] = field(default_factory=dict)
     """Per hyperparameter: the largest base value the schedule has reached so far (`EvidenceController`)."""
+    top_offset: dict[str, float] = field(default_factory=dict)
+    """Per hyperparameter: the highest offset so far (`EvidenceController`)."""
+    came_down: dict[str, bool] = field(default_factory=dict)
+    """Per hyperparameter: whether the offset has ever come down (a move down or a rollback)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +135,8 @@ class ControllerState:
             "replica_seen": list(self.replica_seen),
             "recent_loss": list(self.recent_loss),
             "peak_base": dict(self.peak_base),
+            "top_offset": dict(self.top_offset),
+            "came_down": dict(self.came_down),
         }
 
     @classmethod
@@ -150,6 +156,8 @@ class ControllerState:
             replica_seen=tuple(int(x) for x in d.get("replica_seen", ())),
             recent_loss=tuple(float(x) for x in d.get("recent_loss", ())),
             peak_base={k: float(v) for k, v in d.get("peak_base", {}).items()},
+            top_offset={k: float(v) for k, v in d.get("top_offset", {}).items()},
+            came_down={k: bool(v) for k, v in d.get("came_down", {}).items()},
         )
 
 
@@ -564,7 +572,9 @@ class EvidenceConfig(ControllerConfig):
     every window, and crosses 10x in 5 windows instead of 20. A move up that overshoots turns the sign (or
     a replica unhealthy) and the run of moves ends there. Moves down start afresh: at and above its best
     rate the hypergradient of some workloads (the benchmark's byte LM) keeps saying "lower", and a kept pool
-    walks such a rate down one window at a time."""
+    walks such a rate down one window at a time. Once the rate has come down (a move down or a rollback),
+    an edge was found above it, and moves up start afresh too (the benchmark's BatchNorm CNN from 10x too
+    high came down in the rise, then a kept pool took it to 33x its start in the anneal)."""
     late_anneal: float | None = 0.5
     """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
     hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short
@@ -633,7 +643,8 @@ class EvidenceController(Controller):
         move d = sign(z) when |z| >= z_threshold and the latest rho agrees, by
         step_size * 2**(moves in a row in direction d - 1), at most max_step (a run of moves ends with a
         move the other way, or a full pool of evidence_windows windows with no verdict);
-        after a move the pooled windows start afresh (evidence is about the centre it was gathered at)
+        after a move the pooled windows start afresh (evidence is about the centre it was gathered at),
+        except after a move up on the hypergradient (`continue_up`: the next agreeing window moves again)
 
     Each window re-permutes the multipliers, so a shard that is simply easier cannot fake evidence, and the
     test's false-move rate does not depend on the loss's scale or noise.
@@ -686,7 +697,11 @@ class EvidenceController(Controller):
         elif cfg.stall_ratio is not None and recent[-1] - recent[0] < math.log(cfg.stall_ratio):
             falling = "while the loss still falls fast"
         offsets, evidence, streak = dict(state.offsets), dict(state.evidence), dict(state.streak)
-        peak_base = dict(state.peak_base)
+        peak_base, top_offset, came_down = (
+            dict(state.peak_base),
+            dict(state.top_offset),
+            dict(state.came_down),
+        )
         last_base, bias_of, signal, velocity = (
             dict(state.last_base),
             dict(state.bias),
@@ -703,6 +718,8 @@ class EvidenceController(Controller):
             )
             last_base[name] = p.base
             peak_base[name] = max(peak_base.get(name, p.base), p.base)
+            came_down[name] = came_down.get(name, False) or p.offset < top_offset.get(name, p.offset)
+            top_offset[name] = max(top_offset.get(name, p.offset), p.offset)
             # this window's evidence: the sign of the rate's hypergradient where it was measured (a sign
             # test), otherwise the replicas' rank correlation; the two are pooled apart
             h = window.hypergradient
@@ -763,7 +780,11 @@ class EvidenceController(Controller):
             streak[name] = run
             # the evidence was about the old centre: the new one must earn its own (at the best rate, the top
             # replica past the edge of stability says "lower"; one step down puts it back below the edge)
-            evidence[key] = history if sign_test and d > 0 and cfg.continue_up else ()
+            # a rate that has come down once (a move down, a rollback) found an edge above: climb back a
+            # pool at a time
+            keep = sign_test and d > 0 and cfg.continue_up and not came_down[name]
+            evidence[key] = history if keep else ()
+            came_down[name] = came_down[name] or d < 0
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
             notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")
         state = replace(
@@ -777,6 +798,8 @@ class EvidenceController(Controller):
             replica_seen=replica_seen,
             recent_loss=recent,
             peak_base=peak_base,
+            top_offset=top_offset,
+            came_down=came_down,
         )
         return state, offsets, signal, "; ".join(notes) or "no evidence beats the noise; holding"
 

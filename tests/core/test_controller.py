@@ -473,6 +473,13 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
     # moves down start afresh (a stalled run, flat schedule): one move per 4 windows
     _, ds = run(make_controller("evidence"), [measured(i, -0.3) for i in range(10)])
     assert [i for i, d in enumerate(ds) if d.acted] == [4, 8]
+    # and once the rate has come down (here a rollback left the offset lower), moves up start afresh too
+    down = [
+        replace(measured(i, 0.3), params={"lr": replace(w.params["lr"], offset=-1.0 if i >= 2 else 0.0)})
+        for i, w in enumerate(measured(j, 0.3) for j in range(8))
+    ]
+    state, ds = run(make_controller("evidence"), down)
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 7] and state.came_down == {"lr": True}
     # late in the anneal (base below half its peak) the hypergradient is held: the schedule makes every
     # step fall short there, whatever the rate
     bases = [1.0, 0.9, 0.8, 0.7, 0.6, 0.45, 0.4, 0.35, 0.3, 0.25]
