@@ -752,7 +752,7 @@ class EvidenceController(Controller):
             if d and _sign(rho) != d:
                 d = 0  # the latest window disagrees: wait
             if late:
-                notes.append(f"{name}: late in the anneal every step falls short; the hypergradient is held")
+                notes.append(f"{name}: late in the anneal every step falls short, whatever the rate; holding")
                 d = 0
             if d < 0 and falling and not excluded:
                 notes.append(f"{name}: z {z:+.2f} points down {falling}; holding")
