@@ -575,6 +575,11 @@ class EvidenceConfig(ControllerConfig):
     walks such a rate down one window at a time. Once the rate has come down (a move down or a rollback),
     an edge was found above it, and moves up start afresh too (the benchmark's BatchNorm CNN from 10x too
     high came down in the rise, then a kept pool took it to 33x its start in the anneal)."""
+    carry_into_anneal: bool = True
+    """At the rise's end, a pool of hypergradient signs that points up is kept instead of started afresh. In
+    the rise such evidence cannot be told from the schedule's bias, but in the anneal the bias points down,
+    so an anneal window that also says "higher" beats it, and a rate too low moves at the anneal's first
+    window rather than its fourth (20 windows have 6 in the rise: a rate 10x too low waited 3 of them)."""
     late_anneal: float | None = 0.5
     """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
     hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short
@@ -736,7 +741,10 @@ class EvidenceController(Controller):
             rho = float(_sign(h)) if sign_test else rank_correlation(p.coords, losses)
             history = evidence.get(key, ())
             if name in bias_of and bias != bias_of[name]:
-                history = ()  # a new phase: the old evidence carried the old phase's bias
+                # a new phase: the old evidence carried the old phase's bias, except a pool for "higher" at
+                # the rise's end (`carry_into_anneal`), which the anneal's bias can only work against
+                carry = cfg.carry_into_anneal and sign_test and bias < 0 < bias_of[name] and sum(history) > 0
+                history = history if carry else ()
             if math.isfinite(previous):
                 bias_of[name] = bias
             if not late:

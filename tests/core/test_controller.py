@@ -502,6 +502,33 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
         make_controller("evidence", late_anneal=1.5)
 
 
+def test_evidence_carries_a_pool_for_higher_from_the_rise_into_the_anneal():
+    from dataclasses import replace
+
+    bases = [0.2, 0.4, 0.6, 0.8, 1.0, 0.99, 0.95, 0.9, 0.85]  # 5 windows of rise, then the anneal
+
+    def windows(hs):  # the loss halves every window: in the rise the climb rule cannot act
+        return [
+            replace(window([2.0 * 0.5**i] * 4, index=i, step=10 * (i + 1), base=bases[i]), hypergradient=h)
+            for i, h in enumerate(hs)
+        ]
+
+    state, ds = run(make_controller("evidence"), windows([0.3] * 9))
+    assert not any(d.acted for d in ds[:5]) and "bias" in ds[4].note
+    # the anneal's first window says "higher" too, against its bias: it moves, and the run goes on
+    assert [i for i, d in enumerate(ds) if d.acted] == [5, 6, 7, 8]
+    assert ControllerState.from_dict(state.to_dict()) == state
+    # off: the anneal gathers its own pool of 4 first
+    _, ds = run(make_controller("evidence", carry_into_anneal=False), windows([0.3] * 9))
+    assert [i for i, d in enumerate(ds) if d.acted] == [8]
+    # a pool for "lower" at the rise's end is the anneal's bias already: started afresh
+    _, ds = run(make_controller("evidence"), windows([-0.3] * 9))
+    assert not any(d.acted for d in ds)
+    # and the anneal's window must agree: one that says "lower" leaves the pool without a verdict
+    _, ds = run(make_controller("evidence"), windows([0.3] * 5 + [-0.3, 0.3]))
+    assert not any(d.acted for d in ds)
+
+
 def test_evidence_an_exclusion_does_not_skip_the_test():
     # one window with the top replica excluded: strong but single evidence -> no move yet (z = 1.73)
     c = make_controller("evidence")
