@@ -191,6 +191,7 @@ class ControllerSpec(_Model):
     z_threshold: float | None = Field(None, gt=0)
     evidence_windows: Int | None = Field(None, ge=1, le=100)
     max_step: float | None = Field(None, gt=0)
+    max_step_down: float | None = Field(None, gt=0)
     bias_aware: bool | None = None
     shard_correction: bool | None = None
 
@@ -199,7 +200,14 @@ class ControllerSpec(_Model):
         only = {
             "slope": ("clip", "trust_windows"),
             "paper": ("temperature",),
-            "evidence": ("z_threshold", "evidence_windows", "max_step", "bias_aware", "shard_correction"),
+            "evidence": (
+                "z_threshold",
+                "evidence_windows",
+                "max_step",
+                "max_step_down",
+                "bias_aware",
+                "shard_correction",
+            ),
         }
         for owner, names in only.items():
             given = [n for n in names if getattr(self, n) is not None]

@@ -324,7 +324,7 @@ def test_evidence_needs_two_windows_and_doubles_its_step():
         offset = d.offsets["lr"]
     assert [round(d.velocity["lr"], 4) for d in ds[:2]] == [round(math.sqrt(3), 4), round(math.sqrt(6), 4)]
     offsets = [d.offsets["lr"] for d in ds]
-    assert offsets == pytest.approx([0.0, 0.25, 0.25, 0.75, 0.75, 1.25, 1.25])  # 0.25, then max_step 0.5
+    assert offsets == pytest.approx([0.0, 0.25, 0.25, 0.75, 0.75, 1.5, 1.5])  # 0.25, 0.5, then max_step 0.75
     assert [d.acted for d in ds] == [False, True, False, True, False, True, False]
 
 
@@ -458,11 +458,11 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
         return replace(window(list(losses), index=i, step=10 * (i + 1), base=base), hypergradient=h)
 
     # flat schedule, short every window: the 4th window moves, then every agreeing window moves again,
-    # the step doubling (0.25, 0.5, 0.5): 10x in 5 windows instead of 20 (each window here is at offset 0,
-    # so a decision's offset is its step)
-    _, ds = run(make_controller("evidence"), [measured(i, 0.3) for i in range(6)])
-    assert [d.acted for d in ds] == [False, False, False, True, True, True]
-    assert [d.offsets["lr"] for d in ds[3:]] == pytest.approx([0.25, 0.5, 0.5])
+    # the step doubling (0.25, 0.5, 0.75, 0.75): 10x in 4 moves instead of 16 windows (each window here is at
+    # offset 0, so a decision's offset is its step)
+    _, ds = run(make_controller("evidence"), [measured(i, 0.3) for i in range(7)])
+    assert [d.acted for d in ds] == [False, False, False, True, True, True, True]
+    assert [d.offsets["lr"] for d in ds[3:]] == pytest.approx([0.25, 0.5, 0.75, 0.75])
     # one window that overshot ends the run of moves: the pool must fill with agreeing signs again
     hs = [0.3, 0.3, 0.3, 0.3, -0.1, 0.3, 0.3, 0.3, 0.3]
     _, ds = run(make_controller("evidence"), [measured(i, h) for i, h in enumerate(hs)])
@@ -470,9 +470,14 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
     # off: every move needs a fresh pool of 4
     _, ds = run(make_controller("evidence", continue_up=False), [measured(i, 0.3) for i in range(8)])
     assert [i for i, d in enumerate(ds) if d.acted] == [3, 7]
-    # moves down start afresh (a stalled run, flat schedule): one move per 4 windows
-    _, ds = run(make_controller("evidence"), [measured(i, -0.3) for i in range(10)])
-    assert [i for i, d in enumerate(ds) if d.acted] == [4, 8]
+    # moves down start afresh (a stalled run, flat schedule): one move per 4 windows, at most max_step_down
+    _, ds = run(make_controller("evidence"), [measured(i, -0.3) for i in range(17)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [4, 8, 12, 16]
+    assert [d.offsets["lr"] for d in ds if d.acted] == pytest.approx([-0.25, -0.5, -0.5, -0.5])
+    _, ds = run(make_controller("evidence", max_step_down=0.75), [measured(i, -0.3) for i in range(13)])
+    assert [d.offsets["lr"] for d in ds if d.acted] == pytest.approx([-0.25, -0.5, -0.75])
+    with pytest.raises(ValueError, match="max_step_down"):
+        make_controller("evidence", max_step_down=0.1)
     # and once the rate has come down (here a rollback left the offset lower), moves up start afresh too
     down = [
         replace(measured(i, 0.3), params={"lr": replace(w.params["lr"], offset=-1.0 if i >= 2 else 0.0)})
