@@ -213,3 +213,17 @@ def test_signal_measures_a_cosine_per_window_and_reads_unmoved_windows():
         "+1.00 (100% > 0, 1)",
         "-0.50 (0% > 0, 1)",
     ]
+
+
+@pytest.mark.slow
+def test_holdout_quick_runs_its_plan_and_writes_its_table(tmp_path, monkeypatch):
+    from benchmarks import common, holdout
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    assert holdout.main(["--quick"]) == 0
+    runs = read_results(tmp_path / "quick" / "holdout_runs.jsonl")
+    grid = [k for k in runs if "/fixed/" in k]
+    assert len(grid) >= 7 and len([k for k in runs if "/hdet/" in k]) == 3
+    assert all(len(runs[k]["records"]) == 6 for k in runs if "/hdet/" in k)
+    table = (tmp_path / "quick" / "holdout.md").read_text()
+    assert table.count("| mlp_adamw |") == 3 and "python -m benchmarks.holdout --quick" in table
