@@ -458,7 +458,7 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
         return replace(window(list(losses), index=i, step=10 * (i + 1), base=base), hypergradient=h)
 
     # flat schedule, short every window: the 4th window moves, then every agreeing window moves again,
-    # the step doubling (0.25, 0.5, 0.75, 0.75): 10x in 4 moves instead of 16 windows (each window here is at
+    # the step doubling (0.25, 0.5, 0.75, 0.75): x9.5 in 4 moves instead of 16 windows (each window here is at
     # offset 0, so a decision's offset is its step)
     _, ds = run(make_controller("evidence"), [measured(i, 0.3) for i in range(7)])
     assert [d.acted for d in ds] == [False, False, False, True, True, True, True]
