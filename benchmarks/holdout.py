@@ -1,6 +1,6 @@
 """Held out: the HDET defaults on workloads that were never run while they were chosen.
 
-    python -m benchmarks.holdout           # mlp_adamw and cnn_sgd, 20 windows, seeds 0 1 2 (~10 min, 2 cores)
+    python -m benchmarks.holdout           # mlp_adamw and cnn_sgd, 20 windows, seeds 0 1 2 (~5 min, 2 cores)
     python -m benchmarks.holdout --quick   # 1 seed, 6 windows, one workload: checks that it runs
 
 The quality benchmark's three workloads (`benchmarks.quality`) chose the defaults, so they cannot show
@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks import common, workloads
 from benchmarks.pool import read_results, run_jobs
-from benchmarks.quality import GRID, REPLICAS, STARTS
+from benchmarks.quality import GRID, REPLICAS, STARTS, grid_rate
 
 CENTRE = {"mlp_adamw": 0.01, "cnn_sgd": 0.1}
 """The grid's middle rate per workload (a plausible default for its optimizer; the grid spans 1000x)."""
@@ -32,7 +32,7 @@ PLAN = {
 
 
 def rate(workload: str, k: int) -> float:
-    return CENTRE[workload] * 10 ** ((k - 3) / 2)
+    return grid_rate(CENTRE[workload], k)
 
 
 def job(mode: str, workload: str, seed: int, arm: str, k: int) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def metric(results: dict[str, dict[str, Any]], key: str) -> float:
 
 
 def run_workload(mode: str, workload: str, results_file) -> list[list[Any]]:
-    """Run what is missing for one workload; its table rows (start, fixed, HDET, ratio)."""
+    """Run what is missing for one workload; its table rows (workload, start, max_lr, fixed, HDET, harm)."""
     seeds = PLAN[mode]["seeds"]
     print(f"[holdout] {workload}: grid", flush=True)
     run_jobs(

@@ -50,8 +50,13 @@ ARM_NAMES = {
 }
 
 
+def grid_rate(centre: float, k: int) -> float:
+    """The grid's k-th rate around `centre` (k = 3), steps of sqrt(10)."""
+    return centre * 10 ** ((k - 3) / 2)
+
+
 def rate(workload: str, k: int) -> float:
-    return CENTRE[workload] * 10 ** ((k - 3) / 2)
+    return grid_rate(CENTRE[workload], k)
 
 
 def job(workload: str, horizon: str, mode: str, seed: int, arm: str, k: int | None) -> dict[str, Any]:
