@@ -118,6 +118,9 @@ class ControllerState:
     """Per hyperparameter: the highest offset so far (`EvidenceController`)."""
     came_down: dict[str, bool] = field(default_factory=dict)
     """Per hyperparameter: whether the offset has ever come down (a move down or a rollback)."""
+    first_verdict: dict[str, int] = field(default_factory=dict)
+    """Per hyperparameter: +1 if the run's first full pool of hypergradient signs said "higher" in every
+    window, -1 if not; absent until that pool is full (`EvidenceController`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,6 +140,7 @@ class ControllerState:
             "peak_base": dict(self.peak_base),
             "top_offset": dict(self.top_offset),
             "came_down": dict(self.came_down),
+            "first_verdict": dict(self.first_verdict),
         }
 
     @classmethod
@@ -158,6 +162,7 @@ class ControllerState:
             peak_base={k: float(v) for k, v in d.get("peak_base", {}).items()},
             top_offset={k: float(v) for k, v in d.get("top_offset", {}).items()},
             came_down={k: bool(v) for k, v in d.get("came_down", {}).items()},
+            first_verdict={k: int(v) for k, v in d.get("first_verdict", {}).items()},
         )
 
 
@@ -585,6 +590,13 @@ class EvidenceConfig(ControllerConfig):
     the rise such evidence cannot be told from the schedule's bias, but in the anneal the bias points down,
     so an anneal window that also says "higher" beats it, and a rate too low moves at the anneal's first
     window rather than its fourth (20 windows have 6 in the rise: a rate 10x too low waited 3 of them)."""
+    low_start_holds_down: bool = True
+    """A rate whose first full pool of hypergradient signs said "higher" in every window started at or below
+    its best: a later "lower" on healthy windows is then the horizon's greedy bias (at and near its best
+    rate the benchmark's byte LM says "lower" in most anneal windows), and holds. Moves down on windows that
+    excluded a replica, after a rate has come down (a move down or a rollback), and for a rate whose first
+    pool did not say "higher" throughout (from 10x too high it says "lower" from the first windows on every
+    benchmark workload) are kept."""
     late_anneal: float | None = 0.5
     """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
     hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short
@@ -712,10 +724,11 @@ class EvidenceController(Controller):
         elif cfg.stall_ratio is not None and recent[-1] - recent[0] < math.log(cfg.stall_ratio):
             falling = "while the loss still falls fast"
         offsets, evidence, streak = dict(state.offsets), dict(state.evidence), dict(state.streak)
-        peak_base, top_offset, came_down = (
+        peak_base, top_offset, came_down, first_verdict = (
             dict(state.peak_base),
             dict(state.top_offset),
             dict(state.came_down),
+            dict(state.first_verdict),
         )
         last_base, bias_of, signal, velocity = (
             dict(state.last_base),
@@ -759,6 +772,8 @@ class EvidenceController(Controller):
                 bias_of[name] = bias
             if not late:
                 history = ((*history, rho))[-cfg.evidence_windows :]
+            if sign_test and name not in first_verdict and len(history) >= cfg.evidence_windows:
+                first_verdict[name] = 1 if all(x > 0 for x in history) else -1
             if not history:
                 z = 0.0
             elif sign_test:  # under "the rate does not matter" each sign is +-1 with equal odds
@@ -771,6 +786,16 @@ class EvidenceController(Controller):
                 d = 0  # the latest window disagrees: wait
             if late:
                 notes.append(f"{name}: late in the anneal every step falls short, whatever the rate; holding")
+                d = 0
+            if (
+                d < 0
+                and cfg.low_start_holds_down
+                and sign_test
+                and not excluded
+                and not came_down[name]
+                and first_verdict.get(name, -1) > 0
+            ):
+                notes.append(f"{name}: z {z:+.2f} points down, but the run began by saying higher; holding")
                 d = 0
             if d < 0 and falling and not excluded:
                 notes.append(f"{name}: z {z:+.2f} points down {falling}; holding")
@@ -818,6 +843,7 @@ class EvidenceController(Controller):
             peak_base=peak_base,
             top_offset=top_offset,
             came_down=came_down,
+            first_verdict=first_verdict,
         )
         return state, offsets, signal, "; ".join(notes) or "no evidence beats the noise; holding"
 

@@ -534,6 +534,46 @@ def test_evidence_carries_a_pool_for_higher_from_the_rise_into_the_anneal():
     assert not any(d.acted for d in ds)
 
 
+def test_evidence_a_run_that_began_by_saying_higher_holds_a_later_lower():
+    from dataclasses import replace
+
+    def measured(i, h, healthy=(True,) * 4):
+        # a stalled run on a flat schedule: the stall and bias rules let any verdict through
+        return replace(
+            window(
+                [2.0, 2.0, 2.0, 9.0 if not healthy[3] else 2.0],
+                healthy=list(healthy),
+                index=i,
+                step=10 * (i + 1),
+            ),
+            hypergradient=h,
+        )
+
+    # the first pool says "higher" in all 4 windows (a move up), a pool of "lower" later is the greedy bias
+    hs = [0.3] * 4 + [-0.3] * 8
+    state, ds = run(make_controller("evidence"), [measured(i, h) for i, h in enumerate(hs)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [3]
+    assert state.first_verdict == {"lr": 1} and "began by saying higher" in ds[-1].note
+    assert ControllerState.from_dict(state.to_dict()) == state
+    # off: each full pool of "lower" moves
+    _, ds = run(
+        make_controller("evidence", low_start_holds_down=False), [measured(i, h) for i, h in enumerate(hs)]
+    )
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 7, 11]
+    # a first pool that was not all "higher" keeps its moves down (from 10x too high it says "lower" early)
+    hs = [0.3, 0.3, -0.3, 0.3] + [-0.3] * 8
+    state, ds = run(make_controller("evidence"), [measured(i, h) for i, h in enumerate(hs)])
+    assert state.first_verdict == {"lr": -1} and [d.offsets["lr"] < 0 for d in ds if d.acted] == [True, True]
+    # an unstable replica is evidence of its own: windows that exclude one still move down
+    hs = [0.3] * 4 + [-0.3] * 4
+    unhealthy = (True, True, True, False)
+    ds = run(
+        make_controller("evidence"),
+        [measured(i, h, unhealthy if i >= 4 else (True,) * 4) for i, h in enumerate(hs)],
+    )[1]
+    assert ds[-1].acted and ds[-1].offsets["lr"] < ds[3].offsets["lr"]
+
+
 def test_evidence_an_exclusion_does_not_skip_the_test():
     # one window with the top replica excluded: strong but single evidence -> no move yet (z = 1.73)
     c = make_controller("evidence")
