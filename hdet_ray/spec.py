@@ -181,6 +181,7 @@ class ControllerSpec(_Model):
     freeze_after: float | None = Field(core_default(ControllerConfig, "freeze_after"), ge=0, le=1)
     converge: Literal["mean", "fitness", "best"] = core_default(ControllerConfig, "converge")
     rollback_cut: float = Field(core_default(ControllerConfig, "rollback_cut"), gt=0, lt=1)
+    rollback_ahead: bool = core_default(ControllerConfig, "rollback_ahead")
     max_rollbacks: Int = Field(core_default(ControllerConfig, "max_rollbacks"), ge=0, le=100)
     opening_step_down: Int = Field(core_default(ControllerConfig, "opening_step_down"), ge=0, le=16)
     momentum: float | None = Field(None, ge=0, lt=1)

@@ -238,6 +238,12 @@ class ControllerConfig:
     rollback_cut: float = 0.5
     """On a rollback the centre moves to this multiple of the lowest replica's value (every replica failed,
     the lowest one too, so the rate that trains is below all of them)."""
+    rollback_ahead: bool = True
+    """While the schedule rises, the cut also takes out the base's growth over the last window, so the rate
+    is at `rollback_cut` x the lowest failed value at the next window's end, not at this one's (a rising
+    schedule took it back there: the benchmark's MLP from 10x too high died again two windows after a
+    rollback). Needs the previous window's base, which controllers that track it (`evidence`) keep in
+    `ControllerState.last_base`; without it the cut is at this window's base."""
     max_rollbacks: int = 3
     """Consecutive rollbacks allowed before the run is declared diverged."""
     opening_step_down: int = 1
@@ -324,7 +330,7 @@ class Controller:
     # -- shared pieces -------------------------------------------------------------------------------
     def _rollback(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
         cfg = self.config
-        offsets = dict(state.offsets)
+        offsets, last_base, notes = dict(state.offsets), dict(state.last_base), []
         target = (
             cfg.rollback_param if cfg.rollback_param in window.params else next(iter(window.params), None)
         )
@@ -333,7 +339,15 @@ class Controller:
             lowest = (
                 min((v for v in p.values if v > 0), default=p.center) if p.scale == "log" else min(p.values)
             )
-            offsets[target] = p.offset_for(min(lowest, p.center) * cfg.rollback_cut)
+            new_center = min(lowest, p.center) * cfg.rollback_cut
+            previous = state.last_base.get(target, math.nan)
+            if cfg.rollback_ahead and math.isfinite(previous) and 0.0 < previous < p.base:
+                # the schedule rose by p.base / previous in this window; assume it does so once more
+                new_center *= previous / p.base
+                notes.append(f"ahead of the schedule's rise (x{p.base / previous:.3g} a window)")
+            offsets[target] = p.offset_for(new_center)
+            if target in last_base:  # kept current only where the controller keeps it every window
+                last_base[target] = p.base
         consecutive = state.consecutive_rollbacks + 1
         state = replace(
             state,
@@ -344,11 +358,13 @@ class Controller:
             streak={},
             rollbacks=state.rollbacks + 1,
             consecutive_rollbacks=consecutive,
+            last_base=last_base,
         )
         diverged = consecutive > cfg.max_rollbacks
-        note = f"no healthy replica: rolled back; {target} to {cfg.rollback_cut:g} x the lowest replica's" + (
-            f"; {consecutive} consecutive rollbacks > max_rollbacks {cfg.max_rollbacks}" if diverged else ""
-        )
+        note = f"no healthy replica: rolled back; {target} to {cfg.rollback_cut:g} x the lowest replica's"
+        note += "".join(f" {n}" for n in notes)
+        if diverged:
+            note += f"; {consecutive} consecutive rollbacks > max_rollbacks {cfg.max_rollbacks}"
         return state, Decision(
             offsets=dict(offsets),
             weights=(),

@@ -240,6 +240,26 @@ def test_rollback_cuts_the_rate_and_diverges_after_max_rollbacks():
     assert not d.rollback and state.consecutive_rollbacks == 0
 
 
+def test_a_rollback_while_the_schedule_rises_cuts_for_the_next_windows_end():
+    # the evidence controller keeps the schedule's base: it rose 1.0 -> 2.0 in the window that failed, so the
+    # cut assumes it doubles once more (0.5 x the lowest value, / 2)
+    c = make_controller("evidence")
+    state, _ = c.decide(c.initial_state(["lr"]), window([1.0] * 4, base=1.0, index=0))
+    failed = window([math.nan] * 4, healthy=[False] * 4, base=2.0, index=1)
+    state, d = c.decide(state, failed)
+    lowest = 2.0 * MULTS[0]
+    assert d.rollback and "ahead of the schedule's rise (x2" in d.note
+    assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest / 2.0)
+    assert state.last_base == {"lr": 2.0}
+    # off, or a falling schedule: 0.5 x the lowest value at this window's base
+    off = make_controller("evidence", rollback_ahead=False)
+    _, d = off.decide(off.decide(off.initial_state(["lr"]), window([1.0] * 4, base=1.0))[0], failed)
+    assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest)
+    state, _ = c.decide(c.initial_state(["lr"]), window([1.0] * 4, base=3.0, index=0))
+    _, d = c.decide(state, failed)
+    assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest) and "ahead" not in d.note
+
+
 def test_converge_weights():
     healthy = [True, True, False, True]
     losses = [3.0, 1.0, math.nan, 2.0]
