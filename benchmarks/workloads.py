@@ -91,6 +91,7 @@ TASKS = {
     # held out (`benchmarks.holdout`): never run while the defaults were chosen
     "mlp_adamw": (Digits, {}, "adamw"),
     "cnn_sgd": (DigitsCNN, {}, "sgd"),
+    "lm_sgd": (ByteLM, {"context": 32, "dim": 32, "heads": 2, "val_bytes": 16_384}, "sgd"),
 }
 
 
