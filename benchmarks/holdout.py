@@ -1,6 +1,6 @@
 """Held out: the HDET defaults on workloads that were never run while they were chosen.
 
-    python -m benchmarks.holdout           # mlp_adamw, cnn_sgd, lm_sgd; 20 windows, seeds 0 1 2 (~10 min, 2 cores)
+    python -m benchmarks.holdout           # mlp_adamw, cnn_sgd, lm_sgd: 20 windows, 3 seeds (~10 min)
     python -m benchmarks.holdout --quick   # 1 seed, 6 windows, one workload: checks that it runs
 
 The quality benchmark's three workloads (`benchmarks.quality`) chose the defaults, so they cannot show
