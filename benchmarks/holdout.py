@@ -83,19 +83,31 @@ def run_workload(mode: str, workload: str, results_file) -> list[list[Any]]:
         k = best + shift
         fixed = [metric(results, f"{workload}/{s}/fixed/{k}") / oracle for s in seeds]
         hdet = [metric(results, f"{workload}/{s}/hdet/{k}") / oracle for s in seeds]
-        (fm, fs), (hm, hs) = common.mean_spread(fixed), common.mean_spread(hdet)
-        harm = "no" if hm <= fm + max(fs, hs) else "**yes**"
-        rows.append(
-            [
-                workload,
-                start,
-                f"{rate(workload, k):.3g}",
-                f"{fm:.3f} ± {fs:.3f}",
-                f"{hm:.3f} ± {hs:.3f}",
-                harm,
-            ]
-        )
+        rows.append([workload, start, f"{rate(workload, k):.3g}", cell(fixed), cell(hdet), harm(fixed, hdet)])
     return rows
+
+
+def cell(ratios: list[float]) -> str:
+    """Mean ± sd of the finite ratios, and how many runs diverged (a non-finite metric)."""
+    finite = [x for x in ratios if math.isfinite(x)]
+    dead = len(ratios) - len(finite)
+    if not finite:
+        return f"diverged ({dead} of {dead})"
+    m, sd = common.mean_spread(finite)
+    return f"{m:.3f} ± {sd:.3f}" + (f" ({dead} of {len(ratios)} diverged)" if dead else "")
+
+
+def harm(fixed: list[float], hdet: list[float]) -> str:
+    """'**yes**' when HDET is worse than fixed OneCycle by more than one seed sd (a diverged run counts as
+    infinitely bad: more diverged HDET runs is harm, fewer is not)."""
+    dead_fixed = sum(not math.isfinite(x) for x in fixed)
+    dead_hdet = sum(not math.isfinite(x) for x in hdet)
+    if dead_fixed != dead_hdet:
+        return "**yes**" if dead_hdet > dead_fixed else "no"
+    if dead_fixed == len(fixed):
+        return "no"
+    (fm, fs), (hm, hs) = (common.mean_spread([x for x in v if math.isfinite(x)]) for v in (fixed, hdet))
+    return "no" if hm <= fm + max(fs, hs) else "**yes**"
 
 
 def run(mode: str) -> int:

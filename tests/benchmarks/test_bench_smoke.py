@@ -227,3 +227,17 @@ def test_holdout_quick_runs_its_plan_and_writes_its_table(tmp_path, monkeypatch)
     assert all(len(runs[k]["records"]) == 6 for k in runs if "/hdet/" in k)
     table = (tmp_path / "quick" / "holdout.md").read_text()
     assert table.count("| mlp_adamw |") == 3 and "python -m benchmarks.holdout --quick" in table
+
+
+def test_holdout_counts_a_diverged_run_as_infinitely_bad():
+    from benchmarks.holdout import cell, harm
+
+    inf = math.inf
+    assert cell([inf, inf, inf]) == "diverged (3 of 3)"
+    assert cell([1.0, inf, 1.2]) == "1.100 ± 0.141 (1 of 3 diverged)"
+    # fixed OneCycle diverged on every seed, HDET trained: no harm, whatever HDET's ratio
+    assert harm([inf] * 3, [1.5, 1.6, 1.4]) == "no"
+    # more diverged HDET runs is harm; otherwise one sd decides
+    assert harm([1.0, 1.0, 1.0], [1.0, inf, 1.0]) == "**yes**"
+    assert harm([1.0, 1.1, 1.0], [1.5, 1.6, 1.5]) == "**yes**"
+    assert harm([1.0, 1.1, 1.0], [1.05, 1.1, 1.0]) == "no"
