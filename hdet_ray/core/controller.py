@@ -40,6 +40,9 @@ class ParamWindow:
     values: tuple[float, ...]
     """Per replica: the value applied at the window's end."""
     offset_bounds: tuple[float, float] = (-math.inf, math.inf)
+    peak: float = math.nan
+    """The schedule's largest base value over the run where the scheduler knows it (OneCycle's `max_lr` for
+    the rate), else NaN."""
 
     @property
     def center(self) -> float:
@@ -585,6 +588,12 @@ class EvidenceConfig(ControllerConfig):
     test above, on windows after the first, whose loss is the initialisation's transient). A rate that is
     right or high learns fast in the rise, and there the higher replicas' lead is the horizon's bias; a run
     whose loss barely falls while the higher replicas keep winning is too low. Needs `stall_ratio`."""
+    climb_from: float | None = 0.5
+    """The climb above waits until the schedule's base is at least this fraction of its peak
+    (`ParamWindow.peak`; where the peak is not known it does not wait). Before that the base is low by the
+    warm-up's design, so a lead for higher rates says the warm-up rate is low, not the peak: at 150 windows
+    the benchmark's LM, started at its oracle's rate, climbed to 4.5x in windows 5 to 7 (base 7% of its
+    peak) and ended 15% worse. None: no wait."""
     signal: str = "hypergradient"
     """The rate's evidence (`rollback_param`'s): 'hypergradient', the sign of -cos(g, step), the gradient at
     the window's last step against the window's step so far (> 0: the step fell short of where the loss
@@ -637,6 +646,8 @@ class EvidenceConfig(ControllerConfig):
             )
         if self.stall_ratio is not None and not 0.0 < self.stall_ratio <= 1.0:
             raise ValueError(f"stall_ratio must be in (0, 1] or None, got {self.stall_ratio}")
+        if self.climb_from is not None and not 0.0 < self.climb_from <= 1.0:
+            raise ValueError(f"climb_from must be in (0, 1] or None, got {self.climb_from}")
         if self.late_anneal is not None and not 0.0 < self.late_anneal <= 1.0:
             raise ValueError(f"late_anneal must be in (0, 1] or None, got {self.late_anneal}")
         if self.signal not in SIGNALS:
@@ -823,6 +834,7 @@ class EvidenceController(Controller):
                 and bias > 0
                 and not falling
                 and state.windows > cfg.evidence_windows + 1  # the stall test no longer sees the first window
+                and not (cfg.climb_from is not None and p.base < cfg.climb_from * p.peak)  # NaN peak: no wait
             )
             if d and cfg.bias_aware and d == bias and not excluded and not climb:
                 notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")

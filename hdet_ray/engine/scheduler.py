@@ -140,7 +140,7 @@ class HDETOneCycleLR(OneCycleLR):
         self._sync = WindowSync(options=self.options, replicas=self.replicas, rank=self.rank,
                                 params=self._params, optimizer=optimizer, controller=self.controller,
                                 snapshot=self._snapshot, base_of=self._base_of,
-                                total_steps=self.total_steps)  # fmt: skip
+                                total_steps=self.total_steps, peak_of=self._peak_of)  # fmt: skip
         self._grad_hook = self._fanout_hook()
         self._checked_ddp = False
         # the window hypergradient (what the evidence controller reads by default): the window's start state
@@ -261,6 +261,12 @@ class HDETOneCycleLR(OneCycleLR):
             g["lr"].clone() if isinstance(g["lr"], torch.Tensor) else g["lr"]
             for g in self.optimizer.param_groups
         ]
+
+    def _peak_of(self, hp: HyperParam) -> float:
+        """The schedule's largest base value (the group's OneCycle `max_lr`) for the rate; NaN otherwise."""
+        if hp.target != "lr":
+            return math.nan
+        return float(self.optimizer.param_groups[self._lr_groups[hp.name][0]]["max_lr"])
 
     def _base_of(self, hp: HyperParam, state: HDETState) -> float:
         if hp.target == "lr":

@@ -435,6 +435,13 @@ def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
     moved = [i for i, d in enumerate(ds) if d.acted]
     steps = [ds[i].offsets["lr"] - ds[i - 1].offsets["lr"] for i in moved]
     assert moved[:2] == [5, 8] and steps[:2] == pytest.approx([0.25, 0.5])
+    # while the base is below half the schedule's peak, the higher replicas' lead is the warm-up's own low
+    # rate: held (here the base reaches half its peak at window 7)
+    from dataclasses import replace
+
+    peak = 2 * rising[7]
+    _, ds = run(c, [replace(w, params={"lr": replace(w.params["lr"], peak=peak)}) for w in stalled])
+    assert [i for i, d in enumerate(ds) if d.acted][:1] == [7] and "bias" in ds[6].note
     # off: the old rule (never the bias's way on healthy windows)
     _, ds = run(
         make_controller("evidence", climb_when_stalled=False),
@@ -620,6 +627,8 @@ def test_evidence_settings_are_validated():
         make_controller("evidence", step_size=0.5, max_step=0.1)
     with pytest.raises(ValueError, match="stall_ratio"):
         make_controller("evidence", stall_ratio=1.5)
+    with pytest.raises(ValueError, match="climb_from"):
+        make_controller("evidence", climb_from=0.0)
     with pytest.raises(ValueError, match="signal must be one of"):
         make_controller("evidence", signal="loss")
 

@@ -246,3 +246,19 @@ def test_bad_options_name_the_field_and_range(field, value, pattern):
     _, b = _opt()
     with pytest.raises(ValueError, match=pattern):
         HDETOneCycleLR(b, max_lr=0.5, total_steps=20, **{field: value})
+
+
+def test_the_controller_sees_the_schedules_peak():
+    # OneCycle's max_lr is the rate's peak: the evidence controller's climb rule compares the base with it
+    _, b = _opt()
+    seen = []
+
+    def decide(window, record):
+        seen.append((window.params["lr"].base, window.params["lr"].peak))
+        return Decision(offsets={"lr": 0.0}, weights=(1.0,), note="scripted")
+
+    s = HDETOneCycleLR(b, max_lr=0.5, total_steps=60, sync_every=5, decide=decide)
+    for _ in range(10):
+        b.step()
+        s.step(loss=torch.tensor(1.0))
+    assert [peak for _, peak in seen] == [0.5, 0.5] and seen[0][0] < seen[1][0] < 0.5
