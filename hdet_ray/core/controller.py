@@ -592,7 +592,7 @@ class EvidenceConfig(ControllerConfig):
     """The climb above waits until the schedule's base is at least this fraction of its peak
     (`ParamWindow.peak`; where the peak is not known it does not wait). Before that the base is low by the
     warm-up's design, so a lead for higher rates says the warm-up rate is low, not the peak: at 150 windows
-    the benchmark's LM, started at its oracle's rate, climbed to 4.5x in windows 5 to 7 (base 7% of its
+    the benchmark's LM, started at its oracle's rate, climbed to 4.5x in windows 5 to 7 (base 8% to 11% of its
     peak) and ended 15% worse. None: no wait."""
     signal: str = "hypergradient"
     """The rate's evidence (`rollback_param`'s): 'hypergradient', the sign of -cos(g, step), the gradient at
