@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from benchmarks import common, docs, holdout, quality, scale, speed
+from benchmarks import common, docs, holdout, horizon, quality, scale, speed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     started = time.perf_counter()
     # timing benchmarks first, before the long quality runs heat the machine's queue
-    for name, bench in (("scale", scale), ("speed", speed), ("quality", quality), ("holdout", holdout)):
+    for name, bench in (("scale", scale), ("speed", speed), ("quality", quality), ("holdout", holdout),
+                        ("horizon", horizon)):  # fmt: skip
         t = time.perf_counter()
         bench.run(mode)
         print(f"[all] {name} done in {time.perf_counter() - t:.0f} s", flush=True)

@@ -241,3 +241,16 @@ def test_holdout_counts_a_diverged_run_as_infinitely_bad():
     assert harm([1.0, 1.0, 1.0], [1.0, inf, 1.0]) == "**yes**"
     assert harm([1.0, 1.1, 1.0], [1.5, 1.6, 1.5]) == "**yes**"
     assert harm([1.0, 1.1, 1.0], [1.05, 1.1, 1.0]) == "no"
+
+
+@pytest.mark.slow
+def test_horizon_quick_runs_its_plan_and_writes_its_table(tmp_path, monkeypatch):
+    from benchmarks import common, horizon
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    assert horizon.main(["--quick"]) == 0
+    runs = read_results(tmp_path / "quick" / "horizon_runs.jsonl")
+    assert sorted(k.split("/")[3] for k in runs) == ["fixed"] * 4 + ["hdet"] * 2
+    assert all(len(runs[k]["records"]) == 12 for k in runs if "/hdet/" in k)
+    table = (tmp_path / "quick" / "horizon.md").read_text()
+    assert table.count("| mlp |") == 2 and "python -m benchmarks.horizon --quick" in table
