@@ -95,6 +95,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def final_metric(results: dict[str, dict[str, Any]], key: str) -> float:
+    """A stored run's final metric; a diverged run (not finite) counts as infinitely bad."""
+    v = results[key]["metric"]
+    return v if math.isfinite(v) else math.inf
+
+
 def mean_spread(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (0 for one value); NaN when a value is not finite."""
     if not values or not all(math.isfinite(v) for v in values):

@@ -16,6 +16,7 @@ from 10x too low, the oracle's rate and 10x too high. Results append to
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from typing import Any
@@ -49,11 +50,6 @@ def job(mode: str, workload: str, seed: int, arm: str, k: int) -> dict[str, Any]
     }
 
 
-def metric(results: dict[str, dict[str, Any]], key: str) -> float:
-    v = results[key]["metric"]
-    return v if math.isfinite(v) else math.inf
-
-
 def run_workload(mode: str, workload: str, results_file) -> list[list[Any]]:
     """Run what is missing for one workload; its table rows (workload, start, max_lr, fixed, HDET, harm)."""
     seeds = PLAN[mode]["seeds"]
@@ -65,7 +61,8 @@ def run_workload(mode: str, workload: str, results_file) -> list[list[Any]]:
         results_file,
     )
     results = read_results(results_file)
-    best = min(GRID, key=lambda k: sum(metric(results, f"{workload}/{s}/fixed/{k}") for s in seeds))
+    metric = functools.partial(common.final_metric, results)
+    best = min(GRID, key=lambda k: sum(metric(f"{workload}/{s}/fixed/{k}") for s in seeds))
     print(
         f"[holdout] {workload}: oracle rate {rate(workload, best):.3g}; HDET from the three starts",
         flush=True,
@@ -77,12 +74,13 @@ def run_workload(mode: str, workload: str, results_file) -> list[list[Any]]:
         jobs += [job(mode, workload, s, "fixed", k) for s in seeds if k not in GRID]
     run_jobs(workloads.run, jobs, REPLICAS, results_file)
     results = read_results(results_file)
-    oracle = sum(metric(results, f"{workload}/{s}/fixed/{best}") for s in seeds) / len(seeds)
+    metric = functools.partial(common.final_metric, results)
+    oracle = sum(metric(f"{workload}/{s}/fixed/{best}") for s in seeds) / len(seeds)
     rows = []
     for start, shift in STARTS.items():
         k = best + shift
-        fixed = [metric(results, f"{workload}/{s}/fixed/{k}") / oracle for s in seeds]
-        hdet = [metric(results, f"{workload}/{s}/hdet/{k}") / oracle for s in seeds]
+        fixed = [metric(f"{workload}/{s}/fixed/{k}") / oracle for s in seeds]
+        hdet = [metric(f"{workload}/{s}/hdet/{k}") / oracle for s in seeds]
         rows.append([workload, start, f"{rate(workload, k):.3g}", cell(fixed), cell(hdet), harm(fixed, hdet)])
     return rows
 

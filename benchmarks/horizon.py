@@ -15,7 +15,6 @@ interrupted run resumes); the table goes to `horizon.md`.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any
 
@@ -50,7 +49,9 @@ def run_workload(mode: str, workload: str, results_file) -> list[list[str]]:
     results = read_results(results_file)
 
     def mean(arm: str, k: int) -> float:
-        return sum(quality_metric(results, f"{workload}/{windows}/{s}/{arm}/{k}") for s in seeds) / len(seeds)
+        return sum(common.final_metric(results, f"{workload}/{windows}/{s}/{arm}/{k}") for s in seeds) / len(
+            seeds
+        )
 
     grid = {k: mean("fixed", k) for k in (best - 1, best, best + 1)}
     reference = min(grid.values())
@@ -60,18 +61,12 @@ def run_workload(mode: str, workload: str, results_file) -> list[list[str]]:
         cells = []
         for arm in ("fixed", "hdet"):
             ratios = [
-                quality_metric(results, f"{workload}/{windows}/{s}/{arm}/{k}") / reference for s in seeds
+                common.final_metric(results, f"{workload}/{windows}/{s}/{arm}/{k}") / reference for s in seeds
             ]
             m, sd = common.mean_spread(ratios)
             cells.append(f"{m:.3f} ± {sd:.3f}")
         rows.append([workload, start, f"{quality.rate(workload, k):.3g}", *cells, shown])
     return rows
-
-
-def quality_metric(results: dict[str, dict[str, Any]], key: str) -> float:
-    """A run's final metric; a diverged run (not finite) counts as infinitely bad."""
-    v = results[key]["metric"]
-    return v if math.isfinite(v) else math.inf
 
 
 def run(mode: str) -> int:

@@ -22,7 +22,6 @@ keyed by `workload/horizon/seed/arm/k` (an interrupted run resumes; delete the f
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any
 
@@ -83,8 +82,9 @@ def oracle_index(
     results: dict[str, dict[str, Any]], workload: str, horizon: str, seeds: tuple[int, ...]
 ) -> int:
     def score(k: int) -> float:
-        vals = [results[f"{workload}/{horizon}/{s}/fixed/{k}"]["metric"] for s in seeds]
-        return sum(v if math.isfinite(v) else math.inf for v in vals) / len(vals)
+        return sum(common.final_metric(results, f"{workload}/{horizon}/{s}/fixed/{k}") for s in seeds) / len(
+            seeds
+        )
 
     return min(GRID, key=score)
 

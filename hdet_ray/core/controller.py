@@ -333,7 +333,7 @@ class Controller:
     # -- shared pieces -------------------------------------------------------------------------------
     def _rollback(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
         cfg = self.config
-        offsets, last_base, notes = dict(state.offsets), dict(state.last_base), []
+        offsets, last_base, ahead = dict(state.offsets), dict(state.last_base), ""
         target = (
             cfg.rollback_param if cfg.rollback_param in window.params else next(iter(window.params), None)
         )
@@ -347,7 +347,7 @@ class Controller:
             if cfg.rollback_ahead and math.isfinite(previous) and 0.0 < previous < p.base:
                 # the schedule rose by p.base / previous in this window; assume it does so once more
                 new_center *= previous / p.base
-                notes.append(f"ahead of the schedule's rise (x{p.base / previous:.3g} a window)")
+                ahead = f" ahead of the schedule's rise (x{p.base / previous:.3g} a window)"
             offsets[target] = p.offset_for(new_center)
             if target in last_base:  # kept current only where the controller keeps it every window
                 last_base[target] = p.base
@@ -365,7 +365,7 @@ class Controller:
         )
         diverged = consecutive > cfg.max_rollbacks
         note = f"no healthy replica: rolled back; {target} to {cfg.rollback_cut:g} x the lowest replica's"
-        note += "".join(f" {n}" for n in notes)
+        note += ahead
         if diverged:
             note += f"; {consecutive} consecutive rollbacks > max_rollbacks {cfg.max_rollbacks}"
         return state, Decision(
