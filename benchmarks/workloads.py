@@ -100,6 +100,20 @@ def build(name: str) -> tuple[Task, str]:
     return cls(**options), opt
 
 
+def hdet_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A job's HDET options (JSON) as `HDETOneCycleLR` keywords: `explore` may be a list of `HyperParam`
+    field dicts (tuples given as lists)."""
+    from hdet_ray import HyperParam
+
+    explore = options.get("explore")
+    if explore is None:
+        return options
+    params = [
+        HyperParam(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()}) for spec in explore
+    ]
+    return {**options, "explore": params}
+
+
 def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     """job: workload, steps, sync_every, max_lr, seed, arm ('fixed' | 'hdet' | 'lrfree'), hdet (kwargs)."""
     task, opt_kind = build(job["workload"])
@@ -121,7 +135,7 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
             sync_every=job["sync_every"],
             model=model,
             seed=seed,
-            **job.get("hdet", {}),
+            **hdet_options(job.get("hdet", {})),
         )
         scheduler = hdet
     else:

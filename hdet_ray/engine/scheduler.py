@@ -278,7 +278,10 @@ class HDETOneCycleLR(OneCycleLR):
             # a range test 10x wide would average the top replica's gradient into every replica's update
             # (first-window losses of 1e6 and more): in the opening window the replicas train apart
             return
-        norms = fanouts.average_gradients(self._params, self.options.process_group)
+        scale = self.state.grad_scale
+        norms = fanouts.average_gradients(self._params, self.options.process_group, floor=scale.floor)
+        if norms is not None:
+            scale.observe(norms)
         if not self._checked_ddp and norms is not None:
             # the first step only: equal gradients on every rank mean something (DDP) averaged them already
             self._checked_ddp = True

@@ -18,6 +18,7 @@ import torch
 from hdet_ray.core.controller import ControllerState
 from hdet_ray.core.health import HealthConfig, ReplicaStats, assess, start_loss
 from hdet_ray.core.records import WindowRecord
+from hdet_ray.engine.fanout import GradientScale
 from hdet_ray.engine.window import WindowLoss
 
 
@@ -80,6 +81,8 @@ class HDETState:
     health: HealthMemory = field(default_factory=HealthMemory)
     slope: torch.Tensor | None = None
     """This rank's window hypergradient (0-dim), measured before the window's last step; not saved."""
+    grad_scale: GradientScale = field(default_factory=GradientScale)
+    """The shared gradient's ordinary norm (shared_grad's clip floor)."""
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +95,7 @@ class HDETState:
             "base_now": list(self.base_now),
             "pending": dict(self.pending),
             "health": self.health.state_dict(),
+            "grad_scale": self.grad_scale.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
@@ -104,3 +108,4 @@ class HDETState:
         self.pending = dict(state["pending"])
         # checkpoints written before the health memory had its own entry kept its two numbers at the top
         self.health.load_state_dict(state.get("health") or state)
+        self.grad_scale.load_state_dict(state.get("grad_scale", {}), device)

@@ -124,6 +124,7 @@ class WindowSync:
                 self.optimizer.state.clear()
         state.controller = replace(state.controller, offsets=dict(decision.offsets))
         state.health.remember(window.losses, healthy, decision.rollback)
+        state.grad_scale.end_window(all(healthy) and not decision.rollback)
         state.records.append(record)
         if self.rank == 0 and self.options.on_record is not None:
             self.options.on_record(record)

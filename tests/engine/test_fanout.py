@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from hdet_ray.engine.fanout import average_gradients
+from hdet_ray.engine.fanout import GradientScale, average_gradients
 from tests.engine.conftest import run_ranks
 
 GRADS = {0: [1.0, 0.0], 1: [0.0, 1.0], 2: [math.nan, 0.0], 3: [1e6, 0.0]}
@@ -26,3 +26,43 @@ def test_a_nan_or_huge_gradient_from_one_rank_does_not_reach_the_shared_gradient
         assert g == pytest.approx([4 / 3, 1 / 3], rel=1e-6)  # float32 gradients
     # unclipped, the mean would have been (1e6 + 1) / 3 along the first axis
     assert max(abs(x) for g in outs for x in g) < 2
+
+
+NOISY = {0: [1.0, 0.0], 1: [0.0, 1.0], 2: [1.0, 0.0], 3: [10.0, 0.0]}
+
+
+def noisy_step(rank, world, floor):
+    p = torch.nn.Parameter(torch.zeros(2))
+    p.grad = torch.tensor(NOISY[rank])
+    average_gradients([p], floor=None if floor is None else torch.tensor(floor, dtype=torch.float64))
+    return p.grad.tolist()
+
+
+@pytest.mark.parametrize("floor, expected", [(None, [5 / 4, 1 / 4]), (4.0, [3.0, 1 / 4])])
+def test_the_clip_bound_is_the_larger_of_this_steps_median_and_the_runs_ordinary_norm(floor, expected):
+    # norms 1, 1, 1, 10: against this step's median (1) rank 3 is cut to norm 3; with a floor of 4 (a run
+    # whose healthy windows have seen gradients of norm 4) its 10 is shard noise, under 3 x 4, and counts
+    outs = run_ranks(noisy_step, 4, floor)
+    for g in outs:
+        assert g == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_ordinary_norm_keeps_only_windows_that_ended_healthy():
+    scale = GradientScale()
+    scale.observe(torch.tensor([1.0, 2.0, 3.0, 50.0], dtype=torch.float64))  # lower median 2
+    scale.observe(torch.tensor([0.5, 1.0, math.inf, math.inf], dtype=torch.float64))  # inf median: ignored
+    assert scale.floor is None
+    scale.end_window(healthy=True)
+    assert float(scale.floor) == 2.0
+    scale.observe(torch.tensor([40.0, 50.0, 60.0, 70.0], dtype=torch.float64))  # a window that lost replicas
+    scale.end_window(healthy=False)
+    assert float(scale.floor) == 2.0
+    scale.observe(torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64))  # smaller norms never lower it
+    scale.end_window(healthy=True)
+    assert float(scale.floor) == 2.0
+    again = GradientScale()
+    again.load_state_dict(scale.state_dict(), torch.device("cpu"))
+    assert float(again.floor) == 2.0
+    fresh = GradientScale()
+    fresh.load_state_dict({}, torch.device("cpu"))  # a checkpoint from before the floor existed
+    assert fresh.floor is None

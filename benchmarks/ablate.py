@@ -1,0 +1,173 @@
+"""Ablate: the quality and held-out benchmarks' HDET cells under other controller settings, side by side with
+the runs of the defaults that ship.
+
+    python -m benchmarks.ablate 'no-climb={"controller_settings": {"climb_when_stalled": false}}' \
+        --cells mlp/long/low cnn/long/oracle
+    python -m benchmarks.ablate default --cells lm_sgd/high --seeds 0 1 2 --trace
+
+A variant is `name=JSON`, the `HDETOneCycleLR` keyword options to change (`controller_settings` for the
+default controller's config; `explore` as a list of `HyperParam` field dicts), or `default` (the tree's
+defaults, which differ from the stored runs only when the engine changed since they were made).
+A cell is `workload/horizon/start` for the quality benchmark (`benchmarks.quality`: horizon short or
+long) or `workload/start` for a held-out workload (`benchmarks.holdout`); start is low, oracle or high (10x
+too low, the oracle's rate, 10x too high, as the benchmarks fix them). The oracle and the fixed OneCycle runs
+are read from those benchmarks' stored runs, so they must have run first. Runs append to `--out` (an
+interrupted run resumes); the table prints each cell's ratio to the oracle, mean over seeds, with the stored
+default beside it. `--trace` also prints each run's window-by-window decisions: `+`/`-` the hypergradient's
+sign on a window that held, `U`/`D` a move up/down, `R` a rollback, `x` a window that excluded a replica, `.`
+no hypergradient, then the final centre multiplier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common, holdout, quality, workloads
+from benchmarks.pool import read_results, run_jobs
+
+STARTS = {"low": -2, "oracle": 0, "high": 2}
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    if text == "default":
+        return "default", {}
+    name, sep, settings = text.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"variant must be 'default' or name=JSON, got {text!r}")
+    try:
+        parsed = json.loads(settings)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"variant {name!r}: settings are not JSON ({e})") from None
+    if not isinstance(parsed, dict):
+        raise SystemExit(f"variant {name!r}: settings must be a JSON object, got {settings!r}")
+    return name, parsed
+
+
+class Cell:
+    """One benchmark cell: where its stored runs are, its oracle index and the job for a seed."""
+
+    def __init__(self, text: str) -> None:
+        parts = text.split("/")
+        self.text = text
+        if len(parts) == 3 and parts[0] in quality.CENTRE and parts[1] in quality.HORIZONS["full"]:
+            self.workload, self.horizon, start = parts
+            self.prefix = f"{self.workload}/{self.horizon}/"
+            self.stored_file = common.results_dir("full") / "quality_runs.jsonl"
+            self.seeds_of_oracle = quality.SEEDS["full"]
+        elif len(parts) == 2 and parts[0] in holdout.CENTRE:
+            self.workload, start = parts
+            self.horizon = None
+            self.prefix = f"{self.workload}/"
+            self.stored_file = common.results_dir("full") / "holdout_runs.jsonl"
+            self.seeds_of_oracle = holdout.PLAN["full"]["seeds"]
+        else:
+            raise SystemExit(
+                f"cell must be workload/horizon/start ({sorted(quality.CENTRE)}, short|long) or "
+                f"workload/start ({sorted(holdout.CENTRE)}), start one of {sorted(STARTS)}; got {text!r}"
+            )
+        if start not in STARTS:
+            raise SystemExit(f"cell {text!r}: start must be one of {sorted(STARTS)}")
+        self.stored = read_results(self.stored_file)
+        try:
+            grid = [
+                sum(
+                    common.final_metric(self.stored, f"{self.prefix}{s}/fixed/{k}")
+                    for s in self.seeds_of_oracle
+                )
+                for k in quality.GRID
+            ]
+        except KeyError:
+            raise SystemExit(
+                f"cell {text!r}: the benchmark's oracle grid is not in {self.stored_file}"
+            ) from None
+        self.best = min(quality.GRID, key=lambda k: grid[k])
+        self.k = self.best + STARTS[start]
+
+    def oracle(self, seeds: list[int]) -> float:
+        return statistics.mean(
+            common.final_metric(self.stored, f"{self.prefix}{s}/fixed/{self.best}") for s in seeds
+        )
+
+    def job(self, seed: int, variant: str, settings: dict[str, Any]) -> dict[str, Any]:
+        if self.horizon is not None:
+            out = quality.job(self.workload, self.horizon, "full", seed, "hdet", self.k)
+        else:
+            out = holdout.job("full", self.workload, seed, "hdet", self.k)
+        out["key"] = f"{self.text}/{seed}/{variant}"
+        out["hdet"] = settings
+        return out
+
+    def stored_key(self, seed: int, arm: str) -> str:
+        return f"{self.prefix}{seed}/{arm}/{self.k}"
+
+
+def trace(run: dict[str, Any]) -> str:
+    marks = []
+    for r in run.get("records", []):
+        if r.get("rollback"):
+            marks.append("R")
+            continue
+        p = r["params"]["lr"]
+        moved = p["new_offset"] - p["offset"]
+        h = p.get("signal")
+        h = math.nan if h is None else h
+        if abs(moved) > 1e-12:
+            mark = "U" if moved > 0 else "D"
+        elif r.get("excluded"):
+            mark = "x"
+        else:
+            mark = "." if not math.isfinite(h) else ("+" if h > 0 else "-")
+        marks.append(mark)
+    centres = run.get("centres") or [math.nan]
+    return f"{''.join(marks)} {centres[-1]:.2f}x"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ablate", description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="+", help="'default' or name=JSON HDET options")
+    parser.add_argument("--cells", nargs="+", required=True, help="workload/horizon/start or workload/start")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=common.RESULTS / "ablate" / "ablate_runs.jsonl")
+    parser.add_argument("--trace", action="store_true", help="print each run's window-by-window decisions")
+    args = parser.parse_args(argv)
+    variants = dict(parse_variant(v) for v in args.variants)
+    cells = [Cell(c) for c in args.cells]
+    jobs = [c.job(s, name, v) for c in cells for name, v in variants.items() for s in args.seeds]
+    print(f"[ablate] {len(jobs)} runs (those already in {args.out} are skipped)", flush=True)
+    run_jobs(workloads.run, jobs, quality.REPLICAS, args.out)
+    runs = read_results(args.out)
+    rows = []
+    for c in cells:
+        oracle = c.oracle(args.seeds)
+
+        row = [c.text]
+        for arm in ("fixed", "hdet"):
+            keys = [c.stored_key(s, arm) for s in args.seeds]
+            row.append(_fmt(c.stored, keys, oracle) if all(k in c.stored for k in keys) else "-")
+        for name in variants:
+            row.append(_fmt(runs, [f"{c.text}/{s}/{name}" for s in args.seeds], oracle))
+        rows.append(row)
+        if args.trace:
+            for name in variants:
+                for s in args.seeds:
+                    print(f"  {c.text} {name} seed {s}: {trace(runs[f'{c.text}/{s}/{name}'])}")
+    print(
+        common.table(["cell", "fixed (stored)", "HDET default (stored)", *variants], rows)
+        + f"\nratio to the oracle, mean over seeds {args.seeds} (per seed in brackets)"
+    )
+    return 0
+
+
+def _fmt(results: dict[str, dict[str, Any]], keys: list[str], oracle: float) -> str:
+    ratios = [common.final_metric(results, k) / oracle for k in keys]
+    return f"{statistics.mean(ratios):.3f} (" + " ".join(f"{x:.2f}" for x in ratios) + ")"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
