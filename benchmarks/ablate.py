@@ -75,18 +75,16 @@ class Cell:
             raise SystemExit(f"cell {text!r}: start must be one of {sorted(STARTS)}")
         self.stored = read_results(self.stored_file)
         try:
-            grid = [
-                sum(
-                    common.final_metric(self.stored, f"{self.prefix}{s}/fixed/{k}")
-                    for s in self.seeds_of_oracle
+            if self.horizon is not None:
+                self.best = quality.oracle_index(
+                    self.stored, self.workload, self.horizon, self.seeds_of_oracle
                 )
-                for k in quality.GRID
-            ]
+            else:
+                self.best = holdout.oracle_index(self.stored, self.workload, self.seeds_of_oracle)
         except KeyError:
             raise SystemExit(
                 f"cell {text!r}: the benchmark's oracle grid is not in {self.stored_file}"
             ) from None
-        self.best = min(quality.GRID, key=lambda k: grid[k])
         self.k = self.best + STARTS[start]
 
     def oracle(self, seeds: list[int]) -> float:

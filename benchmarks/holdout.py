@@ -50,6 +50,13 @@ def job(mode: str, workload: str, seed: int, arm: str, k: int) -> dict[str, Any]
     }
 
 
+def oracle_index(results: dict[str, dict[str, Any]], workload: str, seeds: tuple[int, ...]) -> int:
+    """The grid index of the best fixed rate (mean over `seeds`; a diverged run counts as infinitely bad)."""
+    return min(
+        GRID, key=lambda k: sum(common.final_metric(results, f"{workload}/{s}/fixed/{k}") for s in seeds)
+    )
+
+
 def run_workload(mode: str, workload: str, results_file) -> list[list[Any]]:
     """Run what is missing for one workload; its table rows (workload, start, max_lr, fixed, HDET, harm)."""
     seeds = PLAN[mode]["seeds"]
@@ -60,9 +67,7 @@ def run_workload(mode: str, workload: str, results_file) -> list[list[Any]]:
         REPLICAS,
         results_file,
     )
-    results = read_results(results_file)
-    metric = functools.partial(common.final_metric, results)
-    best = min(GRID, key=lambda k: sum(metric(f"{workload}/{s}/fixed/{k}") for s in seeds))
+    best = oracle_index(read_results(results_file), workload, seeds)
     print(
         f"[holdout] {workload}: oracle rate {rate(workload, best):.3g}; HDET from the three starts",
         flush=True,
