@@ -91,6 +91,9 @@ class Decision:
     signal: dict[str, float] = field(default_factory=dict)
     velocity: dict[str, float] = field(default_factory=dict)
     note: str = ""
+    widths: dict[str, float] = field(default_factory=dict)
+    """Per hyperparameter: the next window's spread width, a fraction of its configured size (log units for
+    the log spreads; 0: no spread). Absent: 1, the full spread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,8 @@ class ControllerState:
     first_verdict: dict[str, int] = field(default_factory=dict)
     """Per hyperparameter: +1 if the run's first full pool of hypergradient signs said "higher" in every
     window, -1 if not; absent until that pool is full (`EvidenceController`)."""
+    widths: dict[str, float] = field(default_factory=dict)
+    """Per hyperparameter: the spread width the next window uses (`Decision.widths`); absent: full."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -144,6 +149,7 @@ class ControllerState:
             "top_offset": dict(self.top_offset),
             "came_down": dict(self.came_down),
             "first_verdict": dict(self.first_verdict),
+            "widths": dict(self.widths),
         }
 
     @classmethod
@@ -166,6 +172,7 @@ class ControllerState:
             top_offset={k: float(v) for k, v in d.get("top_offset", {}).items()},
             came_down={k: bool(v) for k, v in d.get("came_down", {}).items()},
             first_verdict={k: int(v) for k, v in d.get("first_verdict", {}).items()},
+            widths={k: float(v) for k, v in d.get("widths", {}).items()},
         )
 
 
@@ -311,7 +318,11 @@ class Controller:
             why = "fewer than two healthy losses"
         if why:
             return state, Decision(
-                offsets=dict(state.offsets), weights=weights, note=why, velocity=dict(state.velocity)
+                offsets=dict(state.offsets),
+                weights=weights,
+                note=why,
+                velocity=dict(state.velocity),
+                widths=dict(state.widths),
             )
         state, offsets, signal, note = self._move(state, window)
         state = replace(state, offsets=offsets)
@@ -323,6 +334,7 @@ class Controller:
             signal=signal,
             velocity=dict(state.velocity),
             note=note,
+            widths=dict(state.widths),
         )
 
     def _move(
@@ -362,6 +374,7 @@ class Controller:
             rollbacks=state.rollbacks + 1,
             consecutive_rollbacks=consecutive,
             last_base=last_base,
+            widths={},  # every replica failed: the full spread (its top replica fails first) comes back
         )
         diverged = consecutive > cfg.max_rollbacks
         note = f"no healthy replica: rolled back; {target} to {cfg.rollback_cut:g} x the lowest replica's"
@@ -418,6 +431,7 @@ class Controller:
             acted=True,
             velocity=dict(state.velocity),
             note=f"opening range test: centred on replica {best}{down}",
+            widths=dict(state.widths),
         )
 
 
@@ -629,6 +643,16 @@ class EvidenceConfig(ControllerConfig):
     shard_correction: bool = True
     """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
     difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
+    settled_width: float | None = None
+    """The rate's spread width (a fraction of its size, in log units; 0: no spread) once the run has shown
+    its rate is not too high: the first full pool of hypergradient signs said "higher" in every window
+    (`ControllerState.first_verdict`) and the centre has never moved. Any move of the centre (up, down, a
+    rollback) brings the full spread back for the rest of the run. None (the default): the full spread
+    throughout. Read with `signal='hypergradient'` only.
+    Measured, not adopted: the spread's top replica is the canary that fails first at a rate too high, and
+    a first pool gathered in the warm-up says little about the peak. On the benchmark's MLP at its oracle's
+    rate (60 windows, 5 seeds) 0 moved 1.090x of the oracle to 1.071x, inside the seeds' spread; the 8 other
+    cells where it fires moved by 0.012 or less (docs/benchmarks.md, "How the defaults were chosen")."""
 
     def __post_init__(self) -> None:
         ControllerConfig.__post_init__(self)
@@ -652,6 +676,8 @@ class EvidenceConfig(ControllerConfig):
             raise ValueError(f"late_anneal must be in (0, 1] or None, got {self.late_anneal}")
         if self.signal not in SIGNALS:
             raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
+        if self.settled_width is not None and not 0.0 <= self.settled_width <= 1.0:
+            raise ValueError(f"settled_width must be in [0, 1] or None, got {self.settled_width}")
 
 
 SHARD_PRIOR_WINDOWS = 4
@@ -858,8 +884,22 @@ class EvidenceController(Controller):
             came_down[name] = came_down[name] or d < 0
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
             notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")
+        widths = dict(state.widths)
+        name = cfg.rollback_param
+        if cfg.settled_width is not None and cfg.signal == "hypergradient" and name in window.params:
+            settled = (
+                first_verdict.get(name, 0) > 0
+                and not came_down[name]
+                and top_offset[name] <= 0.0
+                and offsets[name] == 0.0
+            )
+            if settled:
+                widths[name] = cfg.settled_width
+            else:
+                widths.pop(name, None)
         state = replace(
             state,
+            widths=widths,
             evidence=evidence,
             streak=streak,
             last_base=last_base,

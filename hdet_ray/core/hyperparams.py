@@ -80,6 +80,11 @@ class HyperParam:
     def explored(self) -> bool:
         return self.size != (0.0 if self.spread == "linear" else 1.0)
 
+    def size_at(self, width: float) -> float:
+        """The spread's size at `width`, a fraction of `size` in log units for the log spreads (size**width)
+        and of alpha for the linear one (0: no spread; 1: `size`)."""
+        return self.size * width if self.spread == "linear" else self.size**width
+
     def value(self, base: float, offset: float, multiplier: float) -> float:
         """The applied value for one replica (see the module docstring), clamped to `bounds`."""
         v = base * math.exp(offset) * multiplier if self.scale == "log" else (base + offset) * multiplier

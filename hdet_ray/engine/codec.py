@@ -1,7 +1,8 @@
 """Rank 0's Decision to every rank: a named codec over one float64 tensor, and its broadcast.
 
 Layout (k explored hyperparameters, n replicas): offsets[k], weights[n], flags[4] (rollback, diverged,
-acted, has weights), signal[k], velocity[k] (NaN for absent), note length[1], note bytes[NOTE_BYTES].
+acted, has weights), signal[k], velocity[k], widths[k] (NaN for absent), note length[1],
+note bytes[NOTE_BYTES].
 The note is UTF-8, cut at a character boundary to fit.
 """
 
@@ -29,6 +30,7 @@ class DecisionCodec:
             "flags": 4,
             "signal": len(self.names),
             "velocity": len(self.names),
+            "widths": len(self.names),
             "note_length": 1,
             "note": NOTE_BYTES,
         }
@@ -58,6 +60,7 @@ class DecisionCodec:
             ],
             "signal": [decision.signal.get(x, math.nan) for x in self.names],
             "velocity": [decision.velocity.get(x, math.nan) for x in self.names],
+            "widths": [decision.widths.get(x, math.nan) for x in self.names],
             "note_length": [float(len(note))],
             "note": list(note) + [0.0] * (NOTE_BYTES - len(note)),
         }
@@ -82,6 +85,7 @@ class DecisionCodec:
             signal={x: s for x, s in zip(self.names, part("signal"), strict=True) if not math.isnan(s)},
             velocity={x: s for x, s in zip(self.names, part("velocity"), strict=True) if not math.isnan(s)},
             note=note,
+            widths={x: s for x, s in zip(self.names, part("widths"), strict=True) if not math.isnan(s)},
         )
 
 

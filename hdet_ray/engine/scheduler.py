@@ -175,7 +175,7 @@ class HDETOneCycleLR(OneCycleLR):
             self._snapshot.keep(converge.pack(start), start, False)
         if self.options.noise > 0.0:
             self._add_noise(self.options.noise)
-        self._assignment = Assignment.draw(self.options, self.replicas, self.rank, self.state.window)
+        self._assignment = self._draw()
         self._keep_window_start()
         self._ready = True
         self._write_values()
@@ -312,7 +312,12 @@ class HDETOneCycleLR(OneCycleLR):
         self.state.window += 1
         self.state.in_window = 0
         self.state.loss.reset()
-        self._assignment = Assignment.draw(self.options, self.replicas, self.rank, self.state.window)
+        self._assignment = self._draw()
+
+    def _draw(self) -> Assignment:
+        return Assignment.draw(
+            self.options, self.replicas, self.rank, self.state.window, self.state.controller.widths
+        )
 
     def _add_noise(self, nu: float) -> None:
         gen = torch.Generator(device="cpu")
@@ -413,7 +418,7 @@ class HDETOneCycleLR(OneCycleLR):
                 a.load_state_dict(hdet["appliers"][k])
         self._snapshot.keep_at_next_step(self.optimizer, lambda: self._sync.tensors(False))
         self._window_start = None  # the loaded weights arrive after this: the next window starts afresh
-        self._assignment = Assignment.draw(self.options, self.replicas, self.rank, self.state.window)
+        self._assignment = self._draw()
         self._write_values()
 
     def use_ddp(self, model: torch.nn.Module) -> bool:

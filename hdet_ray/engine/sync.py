@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
@@ -45,8 +45,16 @@ class Assignment:
     """The first window's range test (`opening_spread`)."""
 
     @classmethod
-    def draw(cls, options: HDETOptions, replicas: int, rank: int, window: int) -> Assignment:
-        n, explore = replicas, list(options.explore or ())
+    def draw(
+        cls,
+        options: HDETOptions,
+        replicas: int,
+        rank: int,
+        window: int,
+        widths: Mapping[str, float] | None = None,
+    ) -> Assignment:
+        """`widths`: the controller's spread width per hyperparameter (`Decision.widths`; absent: full)."""
+        n, explore, widths = replicas, list(options.explore or ()), widths or {}
         names = [hp.name for hp in explore]
         if options.balanced and len(names) > 1:
             perms = spreads.balanced_permutations(n, names, options.seed, window)
@@ -59,7 +67,7 @@ class Assignment:
             if opening_spread is not None and hp.target == "lr":
                 levels = spreads.log_spread(n, opening_spread)
             else:
-                levels = spreads.spread(hp.spread, n, hp.size)
+                levels = spreads.spread(hp.spread, n, hp.size_at(widths.get(hp.name, 1.0)))
             every[hp.name] = [levels[perms[hp.name][r]] for r in range(n)]
         return cls(window, every, {name: m[rank] for name, m in every.items()}, opening)
 
@@ -122,7 +130,9 @@ class WindowSync:
                 self.snapshot.keep(flats, tensors, average_opt)
             if self.options.optimizer_state == "reset" or (decision.rollback and not average_opt):
                 self.optimizer.state.clear()
-        state.controller = replace(state.controller, offsets=dict(decision.offsets))
+        state.controller = replace(
+            state.controller, offsets=dict(decision.offsets), widths=dict(decision.widths)
+        )
         state.health.remember(window.losses, healthy, decision.rollback)
         state.grad_scale.end_window(all(healthy) and not decision.rollback)
         state.records.append(record)

@@ -601,6 +601,52 @@ def test_evidence_a_run_that_began_by_saying_higher_holds_a_later_lower():
     assert ds[-1].acted and ds[-1].offsets["lr"] < ds[3].offsets["lr"]
 
 
+def test_evidence_narrows_the_spread_once_the_run_has_shown_its_rate_is_not_too_high():
+    from dataclasses import replace
+
+    bases = [0.2, 0.4, 0.6, 0.8, 1.0, 0.99, 0.95, 0.9]  # the rise, then the anneal
+
+    def windows(hs, offsets=None):  # the loss halves every window: in the rise no move is allowed
+        offsets = offsets or [0.0] * len(hs)
+        return [
+            replace(
+                window([2.0 * 0.5**i] * 4, index=i, step=10 * (i + 1), base=bases[i], offset=o),
+                hypergradient=h,
+            )
+            for i, (h, o) in enumerate(zip(hs, offsets, strict=True))
+        ]
+
+    # the first pool of 4 says "higher" throughout and the centre has not moved: no spread from then on
+    state, ds = run(make_controller("evidence", settled_width=0.0), windows([0.3] * 4 + [-0.3] * 2))
+    assert [d.widths for d in ds] == [{}, {}, {}, {"lr": 0.0}, {"lr": 0.0}, {"lr": 0.0}]
+    assert not any(d.acted for d in ds) and state.widths == {"lr": 0.0}
+    assert ControllerState.from_dict(state.to_dict()) == state
+    # a setting in between
+    _, ds = run(make_controller("evidence", settled_width=0.5), windows([0.3] * 4))
+    assert ds[-1].widths == {"lr": 0.5}
+    # any move of the centre brings the full spread back for good: here a rollback left the offset lower
+    state, ds = run(
+        make_controller("evidence", settled_width=0.0), windows([0.3] * 6, offsets=[0.0] * 5 + [-0.7])
+    )
+    assert ds[4].widths == {"lr": 0.0} and ds[5].widths == {} and state.came_down == {"lr": True}
+    # the rollback itself (no healthy replica) restores it at once
+    state, _ = run(make_controller("evidence", settled_width=0.0), windows([0.3] * 4))
+    state, d = make_controller("evidence", settled_width=0.0).decide(
+        state, replace(windows([0.3] * 5)[4], healthy=(False,) * 4, losses=(math.nan,) * 4)
+    )
+    assert d.rollback and d.widths == {} and state.widths == {}
+    # a first pool that was not "higher" throughout (a rate too high says "lower" early) keeps the spread
+    _, ds = run(make_controller("evidence", settled_width=0.0), windows([0.3, 0.3, -0.3, 0.3, 0.3, 0.3]))
+    assert all(d.widths == {} for d in ds)
+    # off (the default), and only read with the hypergradient
+    _, ds = run(make_controller("evidence"), windows([0.3] * 6))
+    assert all(d.widths == {} for d in ds)
+    _, ds = run(make_controller("evidence", settled_width=0.0, signal="rank"), windows([0.3] * 6))
+    assert all(d.widths == {} for d in ds)
+    with pytest.raises(ValueError, match="settled_width"):
+        make_controller("evidence", settled_width=1.5)
+
+
 def test_evidence_an_exclusion_does_not_skip_the_test():
     # one window with the top replica excluded: strong but single evidence -> no move yet (z = 1.73)
     c = make_controller("evidence")

@@ -1,5 +1,6 @@
 """The Decision codec round-trips every field (note included), and on 2 real gloo ranks: rank 0's Decision,
-note and all, reaches rank 1; a double gradient all-reduce through DDP is warned about."""
+note and all, reaches rank 1 (its spread width sets the next window's multipliers on every rank); a double
+gradient all-reduce through DDP is warned about."""
 
 import math
 import warnings
@@ -25,6 +26,7 @@ NAMES = ["lr", "wd"]
             signal={"lr": 0.1},
             velocity={"lr": 0.05, "wd": -0.2},
             note="moved: slope 0.31 ≥ noise",
+            widths={"lr": 0.0},
         ),
         Decision(offsets={"lr": math.log(0.5), "wd": 0.0}, weights=(), rollback=True, note="rollback"),
         Decision(offsets={"lr": 0.0, "wd": 0.0}, weights=(0.25,) * 4, diverged=True, note=""),
@@ -64,15 +66,17 @@ def two_ranks(rank, world):
             acted=True,
             signal={"lr": 0.5},
             note=f"from rank 0 at window {window.window}",
+            widths={"lr": 0.0},
         )
 
     s = HDETOneCycleLR(
         opt, max_lr=0.1, total_steps=10, sync_every=5, fanout="local", model=model, decide=decide
     )
-    for _ in range(5):
+    for _ in range(10):
         opt.step()
         s.step(loss=torch.tensor(1.0 + rank))
     out["record"] = s.records[0].to_dict()
+    out["multipliers"] = [r.to_dict()["params"]["lr"]["multipliers"] for r in s.records]
     out["offsets"] = s.offsets
 
     # DDP averages the gradients; a scheduler that is not told so would average them again
@@ -107,6 +111,8 @@ def test_decision_note_reaches_every_rank_and_double_all_reduce_is_warned():
         assert rec["weights"] == [0.75, 0.25] and rec["acted"] is True
         assert rec["params"]["lr"]["new_offset"] == 0.125 and rec["params"]["lr"]["signal"] == 0.5
         assert o["offsets"] == {"lr": 0.125}
+        # the Decision's width for the next window reached every rank: the spread, then none
+        assert o["multipliers"][0][0] != o["multipliers"][0][1] and o["multipliers"][1] == [1.0, 1.0]
         assert len(o["double"]) == 1 and "Pass model=<the DDP-wrapped module>" in o["double"][0]
         # told about DDP: no double-average warning; only fanout='local' with DDP is warned about
         assert len(o["told"]) == 1 and "fanout='local'" in o["told"][0]
