@@ -76,7 +76,7 @@ class EmbeddedHead:
         """Environment for processes of this head (and its jobs): token auth, explicitly."""
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_file)}
 
-    def start(self, timeout_s: float = 120.0) -> HeadInfo:
+    def start(self, timeout_s: float = 180.0) -> HeadInfo:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         adopted = self._adopt()
         if adopted:
@@ -121,8 +121,11 @@ class EmbeddedHead:
         cmd += ["--num-cpus", str(self.num_cpus)]
         self.token  # noqa: B018  (creates the token file before the head reads it)
         self._log = open(self.data_dir / "ray-head.log", "ab")  # noqa: SIM115  (open while the head runs)
+        # Ray gives its dashboard 60 s to come up and then ends the head; on a busy 2-CPU machine loading its
+        # modules took longer (seen in CI). Waiting is this method's job: the head gets the same deadline.
+        env = {"RAY_DASHBOARD_STARTUP_TIMEOUT_S": str(int(timeout_s)), **self.env()}
         self._proc = subprocess.Popen(
-            cmd, env=self.env(), stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
         info = HeadInfo(self._proc.pid, gcs_port, dash_port, str(temp_dir), self.num_cpus)
         deadline = time.monotonic() + timeout_s
