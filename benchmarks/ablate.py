@@ -4,6 +4,7 @@ the runs of the defaults that ship.
     python -m benchmarks.ablate 'no-climb={"controller_settings": {"climb_when_stalled": false}}' \
         --cells mlp/long/low cnn/long/oracle
     python -m benchmarks.ablate default --cells lm_sgd/high --seeds 0 1 2 --trace
+    python -m benchmarks.ablate default --fixed --cells mlp/long/oracle --seeds 5 6 7 8 9
 
 A variant is `name=JSON`, the `HDETOneCycleLR` keyword options to change (`controller_settings` for the
 default controller's config; `explore` as a list of `HyperParam` field dicts), or `default` (the tree's
@@ -13,7 +14,9 @@ long) or `workload/start` for a held-out workload (`benchmarks.holdout`); start 
 too low, the oracle's rate, 10x too high, as the benchmarks fix them). The oracle and the fixed OneCycle runs
 are read from those benchmarks' stored runs, so they must have run first. Runs append to `--out` (an
 interrupted run resumes); the table prints each cell's ratio to the oracle, mean over seeds, with the stored
-default beside it. `--trace` also prints each run's window-by-window decisions: `+`/`-` the hypergradient's
+default beside it. `--fixed` also runs fixed OneCycle at the cell's start on the given seeds, for seeds the
+benchmark never ran (its oracle then stays the benchmark's: fresh seeds show how much of a cell's ratio is its
+stored seeds' luck). `--trace` also prints each run's window-by-window decisions: `+`/`-` the hypergradient's
 sign on a window that held, `U`/`D` a move up/down, `R` a rollback, `x` a window that excluded a replica, `.`
 no hypergradient, then the final centre multiplier.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -32,6 +36,8 @@ from benchmarks import common, holdout, quality, workloads
 from benchmarks.pool import read_results, run_jobs
 
 STARTS = {"low": -2, "oracle": 0, "high": 2}
+FIXED = "fixed-here"
+"""The key and column of `--fixed`'s runs."""
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
@@ -88,17 +94,22 @@ class Cell:
         self.k = self.best + STARTS[start]
 
     def oracle(self, seeds: list[int]) -> float:
-        return statistics.mean(
-            common.final_metric(self.stored, f"{self.prefix}{s}/fixed/{self.best}") for s in seeds
-        )
+        """The oracle's final metric, mean over `seeds`; over the benchmark's stored seeds where `seeds` has
+        none of them (fresh seeds: the oracle stays the one the benchmark reports)."""
+        key = f"{self.prefix}{{}}/fixed/{self.best}"
+        known = [s for s in seeds if key.format(s) in self.stored]
+        if not known:
+            known = [s for s in range(100) if key.format(s) in self.stored]
+        return statistics.mean(common.final_metric(self.stored, key.format(s)) for s in known)
 
-    def job(self, seed: int, variant: str, settings: dict[str, Any]) -> dict[str, Any]:
+    def job(self, seed: int, variant: str, settings: dict[str, Any], arm: str = "hdet") -> dict[str, Any]:
         if self.horizon is not None:
-            out = quality.job(self.workload, self.horizon, "full", seed, "hdet", self.k)
+            out = quality.job(self.workload, self.horizon, "full", seed, arm, self.k)
         else:
-            out = holdout.job("full", self.workload, seed, "hdet", self.k)
+            out = holdout.job("full", self.workload, seed, arm, self.k)
         out["key"] = f"{self.text}/{seed}/{variant}"
-        out["hdet"] = settings
+        if arm == "hdet":
+            out["hdet"] = settings
         return out
 
     def stored_key(self, seed: int, arm: str) -> str:
@@ -133,10 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=common.RESULTS / "ablate" / "ablate_runs.jsonl")
     parser.add_argument("--trace", action="store_true", help="print each run's window-by-window decisions")
+    parser.add_argument(
+        "--fixed",
+        action="store_true",
+        help="also run fixed OneCycle at the cell's start on these seeds (for seeds the benchmark never ran)",
+    )
     args = parser.parse_args(argv)
     variants = dict(parse_variant(v) for v in args.variants)
     cells = [Cell(c) for c in args.cells]
     jobs = [c.job(s, name, v) for c in cells for name, v in variants.items() for s in args.seeds]
+    if args.fixed:
+        jobs += [c.job(s, FIXED, {}, arm="fixed") for c in cells for s in args.seeds]
     print(f"[ablate] {len(jobs)} runs (those already in {args.out} are skipped)", flush=True)
     run_jobs(workloads.run, jobs, quality.REPLICAS, args.out)
     runs = read_results(args.out)
@@ -148,16 +166,27 @@ def main(argv: list[str] | None = None) -> int:
         for arm in ("fixed", "hdet"):
             keys = [c.stored_key(s, arm) for s in args.seeds]
             row.append(_fmt(c.stored, keys, oracle) if all(k in c.stored for k in keys) else "-")
-        for name in variants:
+        for name in [*variants, *([FIXED] if args.fixed else [])]:
             row.append(_fmt(runs, [f"{c.text}/{s}/{name}" for s in args.seeds], oracle))
+        if args.fixed:
+
+            def mean_of(name: str, c: Cell = c) -> float:
+                return statistics.mean(common.final_metric(runs, f"{c.text}/{s}/{name}") for s in args.seeds)
+
+            row += [f"{mean_of(n) / mean_of(FIXED):.3f}" for n in variants]
         rows.append(row)
         if args.trace:
             for name in variants:
                 for s in args.seeds:
                     print(f"  {c.text} {name} seed {s}: {trace(runs[f'{c.text}/{s}/{name}'])}")
+    heads = ["cell", "fixed (stored)", "HDET default (stored)", *variants]
+    if args.fixed:
+        heads += [FIXED, *(f"{n} / {FIXED}" for n in variants)]
     print(
-        common.table(["cell", "fixed (stored)", "HDET default (stored)", *variants], rows)
-        + f"\nratio to the oracle, mean over seeds {args.seeds} (per seed in brackets)"
+        common.table(heads, rows)
+        + f"\nratio to the oracle, mean over seeds {args.seeds} (per seed in brackets); '{FIXED}': fixed "
+        "OneCycle run here on these seeds, and each variant's mean final metric over its mean"
+        f"\nreproduce: python -m benchmarks.ablate {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}"
     )
     return 0
 

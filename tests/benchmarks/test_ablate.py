@@ -22,6 +22,10 @@ def test_a_cell_finds_its_start_from_the_stored_oracle_and_names_a_bad_cell():
     job = cell.job(0, "v", {"auto_lr": False})
     assert job["key"] == "lm/short/high/0/v" and job["hdet"] == {"auto_lr": False} and job["arm"] == "hdet"
     assert cell.stored_key(0, "hdet") in cell.stored  # the shipped default's run of this cell
+    fixed = cell.job(7, ablate.FIXED, {"ignored": 1}, arm="fixed")
+    assert fixed["arm"] == "fixed" and "hdet" not in fixed and fixed["max_lr"] == job["max_lr"]
+    # fresh seeds (none stored): the oracle stays the benchmark's, over its stored seeds
+    assert cell.oracle([7, 8]) == cell.oracle([0, 1, 2]) and cell.oracle([0]) != cell.oracle([0, 1, 2])
     held_out = ablate.Cell("lm_sgd/oracle")
     assert held_out.job(1, "v", {})["steps"] == held_out.job(1, "w", {})["steps"]
     with pytest.raises(SystemExit, match="start must be one of"):
