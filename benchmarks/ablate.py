@@ -99,7 +99,7 @@ class Cell:
         key = f"{self.prefix}{{}}/fixed/{self.best}"
         known = [s for s in seeds if key.format(s) in self.stored]
         if not known:
-            known = [s for s in range(100) if key.format(s) in self.stored]
+            known = [s for s in self.seeds_of_oracle if key.format(s) in self.stored]
         return statistics.mean(common.final_metric(self.stored, key.format(s)) for s in known)
 
     def job(self, seed: int, variant: str, settings: dict[str, Any], arm: str = "hdet") -> dict[str, Any]:

@@ -624,6 +624,11 @@ class EvidenceConfig(ControllerConfig):
     walks such a rate down one window at a time. Once the rate has come down (a move down or a rollback),
     an edge was found above it, and moves up start afresh too (the benchmark's BatchNorm CNN from 10x too
     high came down in the rise, then a kept pool took it to 33x its start in the anneal)."""
+    run_through_bias: bool = True
+    """A run of moves up that `continue_up` keeps going is not held by the schedule's bias or the stall test:
+    those gate the run's first move, and once a rate too low has moved, its loss falling fast is the move's
+    own effect, not the horizon's pull (on the benchmark's MLP from 10x too low, the run stopped at 4.5x as
+    the loss fell from 2.0 to 0.6 in one window, while the hypergradient still said "higher")."""
     carry_into_anneal: bool = True
     """At the rise's end, a pool of hypergradient signs that points up is kept instead of started afresh. In
     the rise such evidence cannot be told from the schedule's bias, but in the anneal the bias points down,
@@ -862,7 +867,15 @@ class EvidenceController(Controller):
                 and state.windows > cfg.evidence_windows + 1  # the stall test no longer sees the first window
                 and not (cfg.climb_from is not None and p.base < cfg.climb_from * p.peak)  # NaN peak: no wait
             )
-            if d and cfg.bias_aware and d == bias and not excluded and not climb:
+            running = (  # a run of moves up, kept going by `continue_up`
+                cfg.run_through_bias
+                and cfg.continue_up
+                and sign_test
+                and d > 0
+                and streak.get(name, 0) > 0
+                and not came_down[name]
+            )
+            if d and cfg.bias_aware and d == bias and not excluded and not climb and not running:
                 notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")
                 d = 0
             if not d:

@@ -534,6 +534,29 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
         make_controller("evidence", late_anneal=1.5)
 
 
+def test_evidence_keeps_a_run_of_moves_up_going_through_the_rise_once_it_has_begun():
+    from dataclasses import replace
+
+    # a rate too low in the rise: stalled for 6 windows, so the climb moves at window 5 and 6; then the moves
+    # work and the loss falls 70% a window, while the hypergradient still says "higher"
+    rising = [0.1 * 1.2**i for i in range(13)]
+    levels = [0.95**i if i < 7 else 0.95**6 * 0.3 ** (i - 6) for i in range(13)]
+
+    def measured(i, h=0.3):
+        return replace(window([2.0 * levels[i]] * 4, index=i, step=10 * (i + 1), base=rising[i]), hypergradient=h)
+
+    _, ds = run(make_controller("evidence"), [measured(i) for i in range(12)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [5, 6, 7, 8, 9, 10, 11]
+    assert [d.offsets["lr"] for d in ds[5:9]] == pytest.approx([0.25, 0.5, 0.75, 0.75])
+    # the run ends at the first window that says "lower"; then the bias and the stall test gate again
+    hs = [0.3] * 8 + [-0.1, 0.3, 0.3, 0.3, 0.3]
+    _, ds = run(make_controller("evidence"), [measured(i, h) for i, h in enumerate(hs)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [5, 6, 7] and "bias" in ds[12].note
+    # off: the fast fall after the second move reads as the rise's bias, and holds the run at x2.1
+    _, ds = run(make_controller("evidence", run_through_bias=False), [measured(i) for i in range(12)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [5, 6] and "bias" in ds[7].note
+
+
 def test_evidence_carries_a_pool_for_higher_from_the_rise_into_the_anneal():
     from dataclasses import replace
 
