@@ -123,9 +123,9 @@ class EmbeddedHead:
         self._log = open(self.data_dir / "ray-head.log", "ab")  # noqa: SIM115  (open while the head runs)
         # Ray gives its dashboard 60 s to come up and then ends the head; on a busy 2-CPU machine loading its
         # modules took longer (seen in CI). Waiting is this method's job: the head gets the same deadline.
-        # On SIGTERM Ray drains the node for up to 30 s before it ends its processes, for a Kubernetes pod whose
-        # Serve proxies still route to it. This head's owner is ending it (`stop`), so no drain: it was half
-        # of every test's teardown.
+        # On SIGTERM Ray drains the node for up to 30 s before it ends its processes (for a Kubernetes pod
+        # whose Serve proxies still route to it). This head's owner is ending it (`stop`): no drain, which
+        # had made a stop wait up to 30 s.
         env = {
             "RAY_DASHBOARD_STARTUP_TIMEOUT_S": str(int(timeout_s)),
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",

@@ -543,7 +543,9 @@ def test_evidence_keeps_a_run_of_moves_up_going_through_the_rise_once_it_has_beg
     levels = [0.95**i if i < 7 else 0.95**6 * 0.3 ** (i - 6) for i in range(13)]
 
     def measured(i, h=0.3):
-        return replace(window([2.0 * levels[i]] * 4, index=i, step=10 * (i + 1), base=rising[i]), hypergradient=h)
+        return replace(
+            window([2.0 * levels[i]] * 4, index=i, step=10 * (i + 1), base=rising[i]), hypergradient=h
+        )
 
     _, ds = run(make_controller("evidence"), [measured(i) for i in range(12)])
     assert [i for i, d in enumerate(ds) if d.acted] == [5, 6, 7, 8, 9, 10, 11]
