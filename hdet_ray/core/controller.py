@@ -602,6 +602,12 @@ class EvidenceConfig(ControllerConfig):
     test above, on windows after the first, whose loss is the initialisation's transient). A rate that is
     right or high learns fast in the rise, and there the higher replicas' lead is the horizon's bias; a run
     whose loss barely falls while the higher replicas keep winning is too low. Needs `stall_ratio`."""
+    earliest_climb: int = 3
+    """The first window (0-based) at which the climb may act. Before `evidence_windows` + 1 windows its stall
+    test reads the windows after the first (whose loss is the initialisation's transient), with
+    `stall_ratio` scaled to their number: at window 3, two windows' fall must stay above 0.5**(2/4) = 0.71.
+    A 20-window run has 6 windows in its rise, so at `evidence_windows` + 1 (5, the old rule) it could not
+    climb in the rise at all; 3 is the first window at which a pool of 4 signs is full."""
     climb_from: float | None = 0.5
     """The climb above waits until the schedule's base is at least this fraction of its peak
     (`ParamWindow.peak`; where the peak is not known it does not wait). Before that the base is low by the
@@ -675,6 +681,8 @@ class EvidenceConfig(ControllerConfig):
             )
         if self.stall_ratio is not None and not 0.0 < self.stall_ratio <= 1.0:
             raise ValueError(f"stall_ratio must be in (0, 1] or None, got {self.stall_ratio}")
+        if self.earliest_climb < 0:
+            raise ValueError(f"earliest_climb must be >= 0, got {self.earliest_climb}")
         if self.climb_from is not None and not 0.0 < self.climb_from <= 1.0:
             raise ValueError(f"climb_from must be in (0, 1] or None, got {self.climb_from}")
         if self.late_anneal is not None and not 0.0 < self.late_anneal <= 1.0:
@@ -781,6 +789,18 @@ class EvidenceController(Controller):
             falling = "before the run has shown whether it stalls"
         elif cfg.stall_ratio is not None and recent[-1] - recent[0] < math.log(cfg.stall_ratio):
             falling = "while the loss still falls fast"
+        # the climb's stall test never reads the first window (the initialisation's transient): from
+        # evidence_windows + 1 windows on it is the test above; before that, the windows after the first with
+        # stall_ratio scaled to their number (every window so far had healthy losses)
+        index = state.windows - 1
+        if index > cfg.evidence_windows:
+            stalled_after_first = not falling
+        else:
+            seen = recent[1:] if len(recent) == index + 1 else ()
+            stalled_after_first = cfg.stall_ratio is not None and (
+                len(seen) >= 3
+                and seen[-1] - seen[0] >= math.log(cfg.stall_ratio) * (len(seen) - 1) / cfg.evidence_windows
+            )
         offsets, evidence, streak = dict(state.offsets), dict(state.evidence), dict(state.streak)
         peak_base, top_offset, came_down, first_verdict = (
             dict(state.peak_base),
@@ -863,8 +883,8 @@ class EvidenceController(Controller):
                 and cfg.stall_ratio is not None
                 and d > 0
                 and bias > 0
-                and not falling
-                and state.windows > cfg.evidence_windows + 1  # the stall test no longer sees the first window
+                and index >= cfg.earliest_climb
+                and stalled_after_first
                 and not (cfg.climb_from is not None and p.base < cfg.climb_from * p.peak)  # NaN peak: no wait
             )
             running = (  # a run of moves up, kept going by `continue_up`

@@ -419,12 +419,28 @@ def test_evidence_holds_a_move_down_while_the_loss_still_falls_fast():
 def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
     # rising base, higher rate better every window (a too-low rate, or the rise's own bias). While the loss
     # halves every 2 windows it is the bias: hold. With the loss barely falling (5% a window) the rate is too
-    # low: move up, but not before the stall test has a window after the first (its loss is the init's)
+    # low: move up from window 3 (`earliest_climb`), the stall test reading the windows after the first (its
+    # loss is the init's), its ratio scaled to their number
     rising = [0.1 * 1.2**i for i in range(10)]
     c = make_controller("evidence")
     _, ds = run(c, falling_windows(2**-0.5, rising, losses=(4.0, 3.0, 2.0, 1.0)))
     assert all(d.offsets["lr"] == 0.0 for d in ds)
     stalled = falling_windows(0.95, rising, losses=(4.0, 3.0, 2.0, 1.0))
+    _, ds = run(c, stalled)
+    moved = [i for i, d in enumerate(ds) if d.acted]
+    assert moved and moved[0] == 3 and ds[3].offsets["lr"] > 0
+    # a first window that fell fast does not count; 25% a window after it does (2 windows: 0.56 < 0.5**0.5)
+    from dataclasses import replace
+
+    first_fast = [
+        replace(w, losses=tuple(x * (3.0 if i == 0 else 1.0) for x in w.losses))
+        for i, w in enumerate(stalled)
+    ]
+    assert [i for i, d in enumerate(run(c, first_fast)[1]) if d.acted][:1] == [3]
+    _, ds = run(c, falling_windows(0.75, rising, losses=(4.0, 3.0, 2.0, 1.0)))
+    assert not any(d.acted for d in ds)
+    # earliest_climb=5 is the old rule (the stall test's full span of 4 windows after the first)
+    c = make_controller("evidence", earliest_climb=5)
     _, ds = run(c, stalled)
     moved = [i for i, d in enumerate(ds) if d.acted]
     assert moved and moved[0] == 5 and ds[5].offsets["lr"] > 0
@@ -437,8 +453,6 @@ def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
     assert moved[:2] == [5, 8] and steps[:2] == pytest.approx([0.25, 0.5])
     # while the base is below half the schedule's peak, the higher replicas' lead is the warm-up's own low
     # rate: held (here the base reaches half its peak at window 7)
-    from dataclasses import replace
-
     peak = 2 * rising[7]
     _, ds = run(c, [replace(w, params={"lr": replace(w.params["lr"], peak=peak)}) for w in stalled])
     assert [i for i, d in enumerate(ds) if d.acted][:1] == [7] and "bias" in ds[6].note
@@ -537,8 +551,8 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
 def test_evidence_keeps_a_run_of_moves_up_going_through_the_rise_once_it_has_begun():
     from dataclasses import replace
 
-    # a rate too low in the rise: stalled for 6 windows, so the climb moves at window 5 and 6; then the moves
-    # work and the loss falls 70% a window, while the hypergradient still says "higher"
+    # a rate too low in the rise: stalled for 6 windows, so the climb (from window 5 here) moves at 5 and 6;
+    # then the moves work and the loss falls 70% a window, while the hypergradient still says "higher"
     rising = [0.1 * 1.2**i for i in range(13)]
     levels = [0.95**i if i < 7 else 0.95**6 * 0.3 ** (i - 6) for i in range(13)]
 
@@ -547,15 +561,18 @@ def test_evidence_keeps_a_run_of_moves_up_going_through_the_rise_once_it_has_beg
             window([2.0 * levels[i]] * 4, index=i, step=10 * (i + 1), base=rising[i]), hypergradient=h
         )
 
-    _, ds = run(make_controller("evidence"), [measured(i) for i in range(12)])
+    _, ds = run(make_controller("evidence", earliest_climb=5), [measured(i) for i in range(12)])
     assert [i for i, d in enumerate(ds) if d.acted] == [5, 6, 7, 8, 9, 10, 11]
     assert [d.offsets["lr"] for d in ds[5:9]] == pytest.approx([0.25, 0.5, 0.75, 0.75])
     # the run ends at the first window that says "lower"; then the bias and the stall test gate again
     hs = [0.3] * 8 + [-0.1, 0.3, 0.3, 0.3, 0.3]
-    _, ds = run(make_controller("evidence"), [measured(i, h) for i, h in enumerate(hs)])
+    _, ds = run(make_controller("evidence", earliest_climb=5), [measured(i, h) for i, h in enumerate(hs)])
     assert [i for i, d in enumerate(ds) if d.acted] == [5, 6, 7] and "bias" in ds[12].note
     # off: the fast fall after the second move reads as the rise's bias, and holds the run at x2.1
-    _, ds = run(make_controller("evidence", run_through_bias=False), [measured(i) for i in range(12)])
+    _, ds = run(
+        make_controller("evidence", earliest_climb=5, run_through_bias=False),
+        [measured(i) for i in range(12)],
+    )
     assert [i for i, d in enumerate(ds) if d.acted] == [5, 6] and "bias" in ds[7].note
 
 
