@@ -796,7 +796,7 @@ class EvidenceController(Controller):
         if index > cfg.evidence_windows:
             stalled_after_first = not falling
         else:
-            seen = recent[1:] if len(recent) == index + 1 else ()
+            seen: tuple[float, ...] = tuple(recent[1:]) if len(recent) == index + 1 else ()
             stalled_after_first = cfg.stall_ratio is not None and (
                 len(seen) >= 3
                 and seen[-1] - seen[0] >= math.log(cfg.stall_ratio) * (len(seen) - 1) / cfg.evidence_windows
