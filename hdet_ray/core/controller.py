@@ -727,6 +727,12 @@ def _without_shard_bias(
     return scored, tuple(new_bias), tuple(new_seen)
 
 
+def _stalled(losses: Sequence[float], stall_ratio: float, windows: int) -> bool:
+    """Whether the median log-losses `losses` (oldest first) fell by less than `stall_ratio` per `windows`
+    windows: their last is at least log(stall_ratio) * (len - 1) / windows above their first."""
+    return losses[-1] - losses[0] >= math.log(stall_ratio) * (len(losses) - 1) / windows
+
+
 class EvidenceController(Controller):
     """Moves only on evidence across windows and permutations; holds otherwise.
 
@@ -787,7 +793,7 @@ class EvidenceController(Controller):
         falling = ""
         if cfg.stall_ratio is not None and len(recent) <= cfg.evidence_windows:
             falling = "before the run has shown whether it stalls"
-        elif cfg.stall_ratio is not None and recent[-1] - recent[0] < math.log(cfg.stall_ratio):
+        elif cfg.stall_ratio is not None and not _stalled(recent, cfg.stall_ratio, cfg.evidence_windows):
             falling = "while the loss still falls fast"
         # the climb's stall test never reads the first window (the initialisation's transient): from
         # evidence_windows + 1 windows on it is the test above; before that, the windows after the first with
@@ -796,10 +802,11 @@ class EvidenceController(Controller):
         if index > cfg.evidence_windows:
             stalled_after_first = not falling
         else:
-            seen: tuple[float, ...] = tuple(recent[1:]) if len(recent) == index + 1 else ()
-            stalled_after_first = cfg.stall_ratio is not None and (
-                len(seen) >= 3
-                and seen[-1] - seen[0] >= math.log(cfg.stall_ratio) * (len(seen) - 1) / cfg.evidence_windows
+            seen = recent[1:] if len(recent) == index + 1 else ()
+            stalled_after_first = (
+                cfg.stall_ratio is not None
+                and len(seen) >= 3
+                and _stalled(seen, cfg.stall_ratio, cfg.evidence_windows)
             )
         offsets, evidence, streak = dict(state.offsets), dict(state.evidence), dict(state.streak)
         peak_base, top_offset, came_down, first_verdict = (
@@ -887,14 +894,10 @@ class EvidenceController(Controller):
                 and stalled_after_first
                 and not (cfg.climb_from is not None and p.base < cfg.climb_from * p.peak)  # NaN peak: no wait
             )
-            running = (  # a run of moves up, kept going by `continue_up`
-                cfg.run_through_bias
-                and cfg.continue_up
-                and sign_test
-                and d > 0
-                and streak.get(name, 0) > 0
-                and not came_down[name]
-            )
+            # a move up on the hypergradient keeps its pool (`continue_up`); once a run of them has begun it
+            # goes through the bias gate (`run_through_bias`)
+            keeps_up = sign_test and d > 0 and cfg.continue_up and not came_down[name]
+            running = cfg.run_through_bias and keeps_up and streak.get(name, 0) > 0
             if d and cfg.bias_aware and d == bias and not excluded and not climb and not running:
                 notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")
                 d = 0
@@ -912,8 +915,7 @@ class EvidenceController(Controller):
             # replica past the edge of stability says "lower"; one step down puts it back below the edge)
             # a rate that has come down once (a move down, a rollback) found an edge above: climb back a
             # pool at a time
-            keep = sign_test and d > 0 and cfg.continue_up and not came_down[name]
-            evidence[key] = history if keep else ()
+            evidence[key] = history if keeps_up else ()
             came_down[name] = came_down[name] or d < 0
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
             notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")
