@@ -50,3 +50,4 @@ def test_the_rayjob_entrypoint_runs_with_ray_job_submit(token_head):
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "succeeded" in output.lower(), output[-4000:]
+    assert "final: val_loss" in output, output[-4000:]  # the entrypoint's summary reached the job's logs

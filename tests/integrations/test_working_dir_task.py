@@ -62,3 +62,4 @@ def test_task_module_travels_in_working_dir(token_head, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = read_trajectory(runs / "mine" / "trajectory.jsonl")
     assert [r["window"] for r in records] == [0, 1] and all(len(r["losses"]) == 2 for r in records)
+    assert (runs / "mine" / "summary.json").exists()
