@@ -126,7 +126,8 @@ class ControllerState:
     """Per hyperparameter: whether the offset has ever come down (a move down or a rollback)."""
     first_verdict: dict[str, int] = field(default_factory=dict)
     """Per hyperparameter: +1 if the run's first full pool of hypergradient signs said "higher" in every
-    window, -1 if not; absent until that pool is full (`EvidenceController`)."""
+    window, -1 if it said "lower" in every window, 0 if it was mixed; absent until that pool is full
+    (`EvidenceController`)."""
     widths: dict[str, float] = field(default_factory=dict)
     """Per hyperparameter: the spread width the next window uses (`Decision.widths`); absent: full."""
 
@@ -651,6 +652,16 @@ class EvidenceConfig(ControllerConfig):
     """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
     hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short
     of where the loss along them stops falling whatever the rate. None: it is read to the end."""
+    high_start_runs_down: bool = True
+    """A rate whose first full pool of hypergradient signs said "lower" in every window is too high: it moves
+    down at once, without the stall test, and while the schedule rises it keeps its pool as long as the pool
+    still holds a window of that first one, so each window that agrees moves again, the step doubling to
+    `max_step_down` (at most 4 moves, x0.17, by window 2 * (`evidence_windows` - 1); the first window that
+    says "higher" ends the run). The first pool is gathered in the warm-up, where the rate is a small
+    fraction of its peak: there a good or low rate says "higher" (or mixed), and a rate 10x too high can
+    already say "lower" (the benchmark's byte LM on every seed). A rate 10x too high does its damage by the
+    schedule's peak, and a fresh pool at a time moves at most twice in a 20-window run's 6-window rise. Later
+    pools are not read this way: at its best rate the LM says "lower" through most of its rise."""
     shard_correction: bool = True
     """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
     difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
@@ -858,7 +869,9 @@ class EvidenceController(Controller):
             if not late:
                 history = ((*history, rho))[-cfg.evidence_windows :]
             if sign_test and name not in first_verdict and len(history) >= cfg.evidence_windows:
-                first_verdict[name] = 1 if all(x > 0 for x in history) else -1
+                first_verdict[name] = (
+                    1 if all(x > 0 for x in history) else -1 if all(x < 0 for x in history) else 0
+                )
             if not history:
                 z = 0.0
             elif sign_test:  # under "the rate does not matter" each sign is +-1 with equal odds
@@ -878,11 +891,22 @@ class EvidenceController(Controller):
                 and sign_test
                 and not excluded
                 and not came_down[name]
-                and first_verdict.get(name, -1) > 0
+                and first_verdict.get(name, 0) > 0
             ):
                 notes.append(f"{name}: z {z:+.2f} points down, but the run began by saying higher; holding")
                 d = 0
-            if d < 0 and falling and not excluded:
+            # a rate whose first pool said "lower" throughout runs down in the rise, while its pool still
+            # holds a window of that first pool (`high_start_runs_down`)
+            keeps_down = (
+                cfg.high_start_runs_down
+                and sign_test
+                and d < 0
+                and bias > 0
+                and first_verdict.get(name, 0) < 0
+                and index <= 2 * (cfg.evidence_windows - 1)
+                and _sign(streak.get(name, 0)) <= 0
+            )
+            if d < 0 and falling and not excluded and not keeps_down:
                 notes.append(f"{name}: z {z:+.2f} points down {falling}; holding")
                 d = 0
             climb = (
@@ -915,7 +939,9 @@ class EvidenceController(Controller):
             # replica past the edge of stability says "lower"; one step down puts it back below the edge)
             # a rate that has come down once (a move down, a rollback) found an edge above: climb back a
             # pool at a time
-            evidence[key] = history if keeps_up else ()
+            # a run down keeps its pool only while the next window may still run on (`high_start_runs_down`)
+            keeps_down = keeps_down and index < 2 * (cfg.evidence_windows - 1)
+            evidence[key] = history if keeps_up or keeps_down else ()
             came_down[name] = came_down[name] or d < 0
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
             notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")

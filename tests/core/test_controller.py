@@ -595,8 +595,9 @@ def test_evidence_carries_a_pool_for_higher_from_the_rise_into_the_anneal():
     # off: the anneal gathers its own pool of 4 first
     _, ds = run(make_controller("evidence", carry_into_anneal=False), windows([0.3] * 9))
     assert [i for i, d in enumerate(ds) if d.acted] == [8]
-    # a pool for "lower" at the rise's end is the anneal's bias already: started afresh
-    _, ds = run(make_controller("evidence"), windows([-0.3] * 9))
+    # a pool for "lower" at the rise's end is the anneal's bias already: started afresh (a run whose first
+    # pool said "lower" moves in the rise by a rule of its own, `high_start_runs_down`, off here)
+    _, ds = run(make_controller("evidence", high_start_runs_down=False), windows([-0.3] * 9))
     assert not any(d.acted for d in ds)
     # and the anneal's window must agree: one that says "lower" leaves the pool without a verdict
     _, ds = run(make_controller("evidence"), windows([0.3] * 5 + [-0.3, 0.3]))
@@ -632,7 +633,7 @@ def test_evidence_a_run_that_began_by_saying_higher_holds_a_later_lower():
     # a first pool that was not all "higher" keeps its moves down (from 10x too high it says "lower" early)
     hs = [0.3, 0.3, -0.3, 0.3] + [-0.3] * 8
     state, ds = run(make_controller("evidence"), [measured(i, h) for i, h in enumerate(hs)])
-    assert state.first_verdict == {"lr": -1} and [d.offsets["lr"] < 0 for d in ds if d.acted] == [True, True]
+    assert state.first_verdict == {"lr": 0} and [d.offsets["lr"] < 0 for d in ds if d.acted] == [True, True]
     # an unstable replica is evidence of its own: windows that exclude one still move down
     hs = [0.3] * 4 + [-0.3] * 4
     unhealthy = (True, True, True, False)
@@ -641,6 +642,39 @@ def test_evidence_a_run_that_began_by_saying_higher_holds_a_later_lower():
         [measured(i, h, unhealthy if i >= 4 else (True,) * 4) for i, h in enumerate(hs)],
     )[1]
     assert ds[-1].acted and ds[-1].offsets["lr"] < ds[3].offsets["lr"]
+
+
+def test_evidence_a_run_whose_first_pool_said_lower_throughout_runs_down_through_the_rise():
+    from dataclasses import replace
+
+    bases = [0.04, 0.2, 0.4, 0.6, 0.8, 1.0, 0.99, 0.95, 0.9, 0.85]  # 6 windows of rise, then the anneal
+
+    def windows(hs):  # the loss halves every window: the stall test holds any move down on healthy windows
+        return [
+            replace(window([2.0 * 0.5**i] * 4, index=i, step=10 * (i + 1), base=bases[i]), hypergradient=h)
+            for i, h in enumerate(hs)
+        ]
+
+    on = make_controller("evidence", high_start_runs_down=True)
+    state, ds = run(on, windows([-0.3] * 10))
+    assert state.first_verdict == {"lr": -1}
+    # it moves at the first full pool, and the kept pool moves again each window, doubling to max_step_down
+    # (these windows all sit at offset 0, so each decision's offset is its step)
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 4, 5]
+    assert [d.offsets["lr"] for d in ds[3:6]] == pytest.approx([-0.25, -0.5, -0.5])
+    # in the anneal "lower" is the schedule's bias, and the stall test applies again: held
+    assert not any(d.acted for d in ds[6:]) and "points down" in ds[-1].note
+    assert ControllerState.from_dict(state.to_dict()) == state
+    # the run ends at the first window that says "higher"
+    _, ds = run(on, windows([-0.3] * 4 + [0.3, -0.3]))
+    assert [i for i, d in enumerate(ds) if d.acted] == [3]
+    # a first pool that was mixed, or all "higher", never does: there the stall test holds
+    for hs in ([-0.3, 0.3, -0.3, -0.3] + [-0.3] * 2, [0.3] * 4 + [-0.3] * 2):
+        state, ds = run(on, windows(hs))
+        assert not any(d.acted and d.offsets["lr"] < 0 for d in ds) and state.first_verdict["lr"] >= 0
+    # off: the stall test holds the same run
+    _, ds = run(make_controller("evidence", high_start_runs_down=False), windows([-0.3] * 10))
+    assert not any(d.acted for d in ds) and "still falls fast" in ds[4].note
 
 
 def test_evidence_narrows_the_spread_once_the_run_has_shown_its_rate_is_not_too_high():
