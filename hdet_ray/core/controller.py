@@ -659,9 +659,9 @@ class EvidenceConfig(ControllerConfig):
     `max_step_down` (at most 4 moves, x0.17, by window 2 * (`evidence_windows` - 1); the first window that
     says "higher" ends the run). The first pool is gathered in the warm-up, where the rate is a small
     fraction of its peak: there a good or low rate says "higher" (or mixed), and a rate 10x too high can
-    already say "lower" (the benchmark's byte LM on every seed). A rate 10x too high does its damage by the
-    schedule's peak, and a fresh pool at a time moves at most twice in a 20-window run's 6-window rise. Later
-    pools are not read this way: at its best rate the LM says "lower" through most of its rise."""
+    already say "lower" (the benchmark's byte LM on 5 of its 6 runs). A rate 10x too high does its damage by
+    the schedule's peak, and a fresh pool at a time moves at most twice in a 20-window run's 6-window rise.
+    Later pools are not read this way: at its best rate the LM says "lower" through most of its rise."""
     shard_correction: bool = True
     """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
     difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
