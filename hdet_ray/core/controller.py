@@ -896,17 +896,18 @@ class EvidenceController(Controller):
                 notes.append(f"{name}: z {z:+.2f} points down, but the run began by saying higher; holding")
                 d = 0
             # a rate whose first pool said "lower" throughout runs down in the rise, while its pool still
-            # holds a window of that first pool (`high_start_runs_down`)
-            keeps_down = (
+            # holds a window of that first pool, up to window `last_run_down` (`high_start_runs_down`)
+            last_run_down = 2 * (cfg.evidence_windows - 1)
+            runs_down = (
                 cfg.high_start_runs_down
                 and sign_test
                 and d < 0
                 and bias > 0
                 and first_verdict.get(name, 0) < 0
-                and index <= 2 * (cfg.evidence_windows - 1)
+                and index <= last_run_down
                 and _sign(streak.get(name, 0)) <= 0
             )
-            if d < 0 and falling and not excluded and not keeps_down:
+            if d < 0 and falling and not excluded and not runs_down:
                 notes.append(f"{name}: z {z:+.2f} points down {falling}; holding")
                 d = 0
             climb = (
@@ -939,8 +940,8 @@ class EvidenceController(Controller):
             # replica past the edge of stability says "lower"; one step down puts it back below the edge)
             # a rate that has come down once (a move down, a rollback) found an edge above: climb back a
             # pool at a time
-            # a run down keeps its pool only while the next window may still run on (`high_start_runs_down`)
-            keeps_down = keeps_down and index < 2 * (cfg.evidence_windows - 1)
+            # a run down keeps its pool only while the next window may still run on
+            keeps_down = runs_down and index < last_run_down
             evidence[key] = history if keeps_up or keeps_down else ()
             came_down[name] = came_down[name] or d < 0
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
