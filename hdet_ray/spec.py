@@ -362,7 +362,7 @@ class JobSpec(Document):
     @field_validator("task")
     @classmethod
     def _known_task(cls, v: str) -> str:
-        from hdet_ray.tasks import registered_names
+        from hdet_ray.task_names import registered_names
 
         if v not in registered_names() and ":" not in v:
             raise ValueError(f"unknown task {v!r}; registered: {registered_names()} or 'module:function'")

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import math
 import os
-import sys
 import sysconfig
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hdet_ray.task_names import BUILTIN, entry_points, registered_names
 
 
 class Task:
@@ -61,13 +63,31 @@ def _generator(seed: int) -> torch.Generator:
     return g
 
 
-@lru_cache(maxsize=1)
-def _digits() -> tuple[torch.Tensor, torch.Tensor]:
+def _digits_table() -> Any:
+    """scikit-learn's digits as one (1797, 65) array: 64 pixels, then the label. Read from the CSV that
+    scikit-learn ships, the file `load_digits()` reads, without importing scikit-learn: that import (SciPy
+    and the rest) costs each training process about 3 s. `load_digits()` if the file is not where it was."""
+    import gzip
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = os.path.join(root, "datasets", "data", "digits.csv.gz")
+        if os.path.exists(path):
+            with gzip.open(path, "rt") as f:
+                return np.loadtxt(f, delimiter=",")
     from sklearn.datasets import load_digits
 
     data = load_digits()
-    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(data.target, dtype=torch.long)
+    return np.column_stack([data.data, data.target])
+
+
+@lru_cache(maxsize=1)
+def _digits() -> tuple[torch.Tensor, torch.Tensor]:
+    table = _digits_table()
+    x = torch.tensor(table[:, :-1], dtype=torch.float32) / 16.0
+    y = torch.tensor(table[:, -1].astype(int), dtype=torch.long)
     order = torch.randperm(len(y), generator=_generator(0))  # one fixed split for every run
     return x[order], y[order]
 
@@ -240,32 +260,13 @@ class ByteLM(Task):
 
 TASKS: dict[str, Callable[..., Task]] = {"digits": Digits, "bytelm": ByteLM}
 """The built-in tasks; `registered_names()` adds those installed packages declare (`hdet_ray.tasks`)."""
-ENTRY_POINT_GROUP = "hdet_ray.tasks"
-
-
-def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
-    """The group's entry points (a built-in name wins over a plugin's). Scanning every installed
-    distribution costs ~30 ms, so the answer is kept per `sys.path`: a package installed into a
-    directory already on the path is seen after a restart, one put on the path at once."""
-    return dict(_scan(tuple(sys.path)))
-
-
-@lru_cache(maxsize=8)
-def _scan(path: tuple[str, ...]) -> tuple[tuple[str, importlib.metadata.EntryPoint], ...]:
-    importlib.invalidate_caches()
-    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    return tuple((ep.name, ep) for ep in found if ep.name not in TASKS)
-
-
-def registered_names() -> list[str]:
-    """Every registered task's name, without importing any plugin."""
-    return sorted([*TASKS, *_entry_points()])
+assert sorted(TASKS) == sorted(BUILTIN), "hdet_ray.task_names.BUILTIN must name exactly the built-in tasks"
 
 
 def _factory(name: str) -> Callable[..., Task] | None:
     if name in TASKS:
         return TASKS[name]
-    ep = _entry_points().get(name)
+    ep = entry_points().get(name)
     if ep is None:
         return None
     try:
@@ -298,7 +299,7 @@ def describe(name: str) -> dict[str, Any]:
     if factory is None:
         raise ValueError(f"unknown task {name!r}; registered tasks: {registered_names()}")
     doc = (inspect.getdoc(factory) or "").strip().splitlines()
-    source = "built-in" if name in TASKS else f"entry point {_entry_points()[name].value}"
+    source = "built-in" if name in TASKS else f"entry point {entry_points()[name].value}"
     return {
         "name": name,
         "description": doc[0] if doc else "",

@@ -31,7 +31,7 @@ class JobCreate(JobSpec):
     @field_validator("task")
     @classmethod
     def _registered(cls, v: str) -> str:
-        from hdet_ray.tasks import registered_names
+        from hdet_ray.task_names import registered_names
 
         if v not in registered_names():
             raise ValueError(f"{v!r} is not a registered task; registered: {registered_names()}")

@@ -25,7 +25,9 @@ def _fit(searcher, samples, tmp_path, name):
     tuner = tune.Tuner(
         tune.with_resources(objective, {"cpu": 0.5}),
         param_space={"width": 3},
-        tune_config=tune.TuneConfig(search_alg=searcher, metric="loss", mode="min", num_samples=samples),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher, metric="loss", mode="min", num_samples=samples, reuse_actors=True
+        ),
         run_config=tune.RunConfig(storage_path=str(tmp_path), name=name, verbose=0),
     )
     return tuner.fit()

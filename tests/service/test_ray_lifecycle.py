@@ -92,11 +92,7 @@ def test_same_name_jobs_both_succeed_and_divergence_is_reported(server):
         twins = [c.post("/v1/jobs", json={**TINY, "name": "twin", "seed": s}).json()["id"] for s in (0, 1)]
         first = c.get(f"/v1/jobs/{twins[0]}").json()
         assert first["status"] == "PENDING" and first["message"].startswith("waiting for 1 CPUs"), first
-        ends = [wait_end(c, j) for j in twins]
-        logs = {j: c.get(f"/v1/jobs/{j}/logs").text for j in twins}
-        assert [e["status"] for e in ends] == ["SUCCEEDED", "SUCCEEDED"], (ends, logs)
-        assert [e["progress"]["windows"] for e in ends] == [2, 2]
-        boom = c.post(
+        boom = c.post(  # queued behind the twins (2 CPUs): it starts when one of them ends
             "/v1/jobs",
             json={
                 **TINY,
@@ -106,6 +102,10 @@ def test_same_name_jobs_both_succeed_and_divergence_is_reported(server):
                 "controller": {"max_rollbacks": 0},
             },
         ).json()["id"]
+        ends = [wait_end(c, j) for j in twins]
+        logs = {j: c.get(f"/v1/jobs/{j}/logs").text for j in twins}
+        assert [e["status"] for e in ends] == ["SUCCEEDED", "SUCCEEDED"], (ends, logs)
+        assert [e["progress"]["windows"] for e in ends] == [2, 2]
         end = wait_end(c, boom)
         assert end["status"] == "FAILED" and "diverged" in end["message"], end
         assert "--spec-json" not in end["message"] and len(end["message"]) < 500
