@@ -1,8 +1,8 @@
 """The names of the registered tasks, without torch: what a spec's `task` field is checked against.
 
 Validating a spec happens in processes that never train (the controller actor, the service's request
-models), so the names live here; `hdet_ray.tasks` holds the tasks themselves and checks that its built-in
-table has exactly `BUILTIN` as keys.
+models), so the names live here; `hdet_ray.tasks` holds the tasks themselves, and tests/test_tasks.py
+checks that its built-in table has exactly `BUILTIN` as keys.
 """
 
 from __future__ import annotations
