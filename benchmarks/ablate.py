@@ -10,9 +10,11 @@ A variant is `name=JSON`, the `HDETOneCycleLR` keyword options to change (`contr
 default controller's config; `explore` as a list of `HyperParam` field dicts), or `default` (the tree's
 defaults, which differ from the stored runs only when the engine changed since they were made).
 A cell is `workload/horizon/start` for the quality benchmark (`benchmarks.quality`: horizon short or
-long) or `workload/start` for a held-out workload (`benchmarks.holdout`); start is low, oracle or high (10x
-too low, the oracle's rate, 10x too high, as the benchmarks fix them). The oracle and the fixed OneCycle runs
-are read from those benchmarks' stored runs, so they must have run first. Runs append to `--out` (an
+long), `workload/start` for a held-out workload (`benchmarks.holdout`) or `issue/workload/start` for the
+issue's setting (`benchmarks.issue_setting`: 500 steps, `sync_every=25`, its reference as the oracle);
+start is low, oracle or high (10x too low, the oracle's rate, 10x too high, as the benchmarks fix them).
+The oracle and the fixed OneCycle runs are read from those benchmarks' stored runs, so they must have run
+first. Runs append to `--out` (an
 interrupted run resumes); the table prints each cell's ratio to the oracle, mean over seeds, with the stored
 default beside it. `--fixed` also runs fixed OneCycle at the cell's start on the given seeds, for seeds the
 benchmark never ran (its oracle then stays the benchmark's: fresh seeds show how much of a cell's ratio is its
@@ -32,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common, holdout, quality, workloads
+from benchmarks import common, holdout, issue_setting, quality, workloads
 from benchmarks.pool import read_results, run_jobs
 
 STARTS = {"low": -2, "oracle": 0, "high": 2}
@@ -61,7 +63,14 @@ class Cell:
     def __init__(self, text: str) -> None:
         parts = text.split("/")
         self.text = text
-        if len(parts) == 3 and parts[0] in quality.CENTRE and parts[1] in quality.HORIZONS["full"]:
+        self.issue = len(parts) == 3 and parts[0] == "issue" and parts[1] in issue_setting.ORACLE
+        if self.issue:
+            _, self.workload, start = parts
+            self.horizon = None
+            self.prefix = f"{self.workload}/"
+            self.stored_file = common.results_dir("full") / "issue_setting_runs.jsonl"
+            self.seeds_of_oracle = issue_setting.PLAN["full"]["seeds"]
+        elif len(parts) == 3 and parts[0] in quality.CENTRE and parts[1] in quality.HORIZONS["full"]:
             self.workload, self.horizon, start = parts
             self.prefix = f"{self.workload}/{self.horizon}/"
             self.stored_file = common.results_dir("full") / "quality_runs.jsonl"
@@ -74,14 +83,17 @@ class Cell:
             self.seeds_of_oracle = holdout.PLAN["full"]["seeds"]
         else:
             raise SystemExit(
-                f"cell must be workload/horizon/start ({sorted(quality.CENTRE)}, short|long) or "
-                f"workload/start ({sorted(holdout.CENTRE)}), start one of {sorted(STARTS)}; got {text!r}"
+                f"cell must be workload/horizon/start ({sorted(quality.CENTRE)}, short|long), "
+                f"workload/start ({sorted(holdout.CENTRE)}) or issue/workload/start "
+                f"({sorted(issue_setting.ORACLE)}), start one of {sorted(STARTS)}; got {text!r}"
             )
         if start not in STARTS:
             raise SystemExit(f"cell {text!r}: start must be one of {sorted(STARTS)}")
         self.stored = read_results(self.stored_file)
         try:
-            if self.horizon is not None:
+            if self.issue:
+                self.best = issue_setting.ORACLE[self.workload]
+            elif self.horizon is not None:
                 self.best = quality.oracle_index(
                     self.stored, self.workload, self.horizon, self.seeds_of_oracle
                 )
@@ -100,10 +112,17 @@ class Cell:
         known = [s for s in seeds if key.format(s) in self.stored]
         if not known:
             known = [s for s in self.seeds_of_oracle if key.format(s) in self.stored]
-        return statistics.mean(common.final_metric(self.stored, key.format(s)) for s in known)
+        # the issue setting's reference: the best of fixed OneCycle at k* and one grid step either side
+        ks = (self.best - 1, self.best, self.best + 1) if self.issue else (self.best,)
+        return min(
+            statistics.mean(common.final_metric(self.stored, f"{self.prefix}{s}/fixed/{k}") for s in known)
+            for k in ks
+        )
 
     def job(self, seed: int, variant: str, settings: dict[str, Any], arm: str = "hdet") -> dict[str, Any]:
-        if self.horizon is not None:
+        if self.issue:
+            out = issue_setting.job("full", self.workload, seed, arm, self.k)
+        elif self.horizon is not None:
             out = quality.job(self.workload, self.horizon, "full", seed, arm, self.k)
         else:
             out = holdout.job("full", self.workload, seed, arm, self.k)
@@ -140,7 +159,12 @@ def trace(run: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ablate", description=__doc__.splitlines()[0])
     parser.add_argument("variants", nargs="+", help="'default' or name=JSON HDET options")
-    parser.add_argument("--cells", nargs="+", required=True, help="workload/horizon/start or workload/start")
+    parser.add_argument(
+        "--cells",
+        nargs="+",
+        required=True,
+        help="workload/horizon/start, workload/start or issue/workload/start",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=common.RESULTS / "ablate" / "ablate_runs.jsonl")
     parser.add_argument("--trace", action="store_true", help="print each run's window-by-window decisions")

@@ -2,7 +2,7 @@
 
     python -m benchmarks.all --quick    # under 15 minutes on 2 shared cores;
                                         # results in benchmarks/results/quick/
-    python -m benchmarks.all            # the full set (about an hour and a half), then docs/benchmarks.md
+    python -m benchmarks.all            # the full set (hours on 2 cores), then docs/benchmarks.md
 
 The GPU check is not part of it (`python -m benchmarks.gpu_check` on a machine with a CUDA GPU).
 """
@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from benchmarks import common, docs, holdout, horizon, quality, scale, speed
+from benchmarks import common, docs, holdout, horizon, issue_setting, quality, scale, speed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     # timing benchmarks first, before the long quality runs heat the machine's queue
     for name, bench in (("scale", scale), ("speed", speed), ("quality", quality), ("holdout", holdout),
-                        ("horizon", horizon)):  # fmt: skip
+                        ("horizon", horizon), ("issue_setting", issue_setting)):  # fmt: skip
         t = time.perf_counter()
         bench.run(mode)
         print(f"[all] {name} done in {time.perf_counter() - t:.0f} s", flush=True)

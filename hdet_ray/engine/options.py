@@ -57,6 +57,13 @@ class HDETOptions:
     None: 'memory' with several replicas, 'off' with one."""
     balanced: bool = False
     """Assign multipliers so that explored hyperparameters are uncorrelated across replicas."""
+    hypergradient_span: int | None = None
+    """Steps the window hypergradient's step spans: the gradient before the window's last step against the
+    step made over the `hypergradient_span` steps before it. None: from the window's start (the default).
+    The longer the span, the more "higher" the sign says at the same rate (the step holds more of the slow
+    drift along which the loss still falls). Measured at `sync_every=25` (docs/benchmarks.md): a span of 10
+    (what `sync_every=10` reads) held the BatchNorm CNN at its best rate where the whole window climbed it,
+    and lost most of the rescues from 10x too low."""
     opening_spread: float | None = None
     """A log-spread factor for the first window's rate (a range test across replicas)."""
     model: Any = None
@@ -84,6 +91,14 @@ class HDETOptions:
             _one_of("optimizer_state", self.optimizer_state, OPTIMIZER_STATE_POLICIES)
         if self.rollback is not None:
             _one_of("rollback", self.rollback, ROLLBACK_MODES)
+        if self.hypergradient_span is not None and (
+            isinstance(self.hypergradient_span, bool)
+            or not isinstance(self.hypergradient_span, int)
+            or self.hypergradient_span < 1
+        ):
+            raise ValueError(
+                f"hypergradient_span must be an integer >= 1 or None, got {self.hypergradient_span!r}"
+            )
         if self.opening_spread is not None and not self.opening_spread >= 1.0:
             raise ValueError(f"opening_spread must be >= 1 (a log-spread factor), got {self.opening_spread}")
         if not self.noise >= 0.0:

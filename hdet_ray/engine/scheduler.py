@@ -91,6 +91,7 @@ class HDETOneCycleLR(OneCycleLR):
         optimizer_state: str | None = None,
         rollback: str | None = None,
         balanced: bool = False,
+        hypergradient_span: int | None = None,
         opening_spread: float | None = None,
         model: torch.nn.Module | None = None,
         noise: float = 0.0,
@@ -180,15 +181,25 @@ class HDETOneCycleLR(OneCycleLR):
         self._ready = True
         self._write_values()
 
+    def _span_start(self) -> int:
+        """The step of the window (0-based) before which the hypergradient's span begins."""
+        last = cast(int, self.options.sync_every) - 1  # resolved: an int
+        span = self.options.hypergradient_span
+        return 0 if span is None else max(0, last - span)
+
     def _keep_window_start(self) -> None:
-        if self._measuring:
+        if self._measuring and self._span_start() == 0:
             self._window_start = [p.detach().clone() for p in self._params]
 
     def _measure_slope(self, optimizer, args, kwargs) -> None:
-        """Before the window's last step: -cos(gradient, the window's step so far) on this rank. Runs after
+        """Before the window's last step: -cos(gradient, the window's step so far, or over its last
+        `hypergradient_span` steps; that span's start is kept before its first step) on this rank. Runs after
         the `shared_grad` average (hooks run in the order registered), so every rank reads the same
         gradient; under DDP it is averaged already. Only tensor ops: read at the sync with the losses."""
-        start, last = self._window_start, cast(int, self.options.sync_every) - 1  # resolved: an int
+        last, first = cast(int, self.options.sync_every) - 1, self._span_start()
+        if first > 0 and self.state.in_window == first:
+            self._window_start = [p.detach().clone() for p in self._params]
+        start = self._window_start
         if start is None or self.state.in_window != last:
             return
         terms = []

@@ -244,13 +244,22 @@ def test_holdout_counts_a_diverged_run_as_infinitely_bad():
 
 
 @pytest.mark.slow
-def test_horizon_quick_runs_its_plan_and_writes_its_table(tmp_path, monkeypatch):
-    from benchmarks import common, horizon
+@pytest.mark.parametrize(
+    ("name", "arm_field", "arms", "windows", "rows"),
+    [
+        ("horizon", 3, ["fixed"] * 4 + ["hdet"] * 2, 12, 2),  # 12 windows of the quality job's period
+        ("issue_setting", 2, ["fixed"] * 5 + ["hdet"] * 3, 2, 3),  # 20 steps, sync_every=10
+    ],
+)
+def test_a_quick_plan_runs_and_writes_its_table(tmp_path, monkeypatch, name, arm_field, arms, windows, rows):
+    import importlib
+
+    from benchmarks import common
 
     monkeypatch.setattr(common, "RESULTS", tmp_path)
-    assert horizon.main(["--quick"]) == 0
-    runs = read_results(tmp_path / "quick" / "horizon_runs.jsonl")
-    assert sorted(k.split("/")[3] for k in runs) == ["fixed"] * 4 + ["hdet"] * 2
-    assert all(len(runs[k]["records"]) == 12 for k in runs if "/hdet/" in k)
-    table = (tmp_path / "quick" / "horizon.md").read_text()
-    assert table.count("| mlp |") == 2 and "python -m benchmarks.horizon --quick" in table
+    assert importlib.import_module(f"benchmarks.{name}").main(["--quick"]) == 0
+    runs = read_results(tmp_path / "quick" / f"{name}_runs.jsonl")
+    assert sorted(k.split("/")[arm_field] for k in runs) == arms
+    assert all(len(runs[k]["records"]) == windows for k in runs if "/hdet/" in k)
+    table = (tmp_path / "quick" / f"{name}.md").read_text()
+    assert table.count("| mlp |") == rows and f"python -m benchmarks.{name} --quick" in table
