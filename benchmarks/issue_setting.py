@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from typing import Any
 
 from benchmarks import common, holdout, quality, workloads
@@ -66,7 +67,7 @@ def run_workload(mode: str, workload: str, seeds: tuple[int, ...], results_file)
 
 
 def table_rows(workload: str, seeds: tuple[int, ...], results: dict[str, Any]) -> list[list[str]]:
-    """(workload, start, max_lr, seeds, fixed, HDET, reference grid) per start, over `seeds`."""
+    """(workload, start, max_lr, seeds, fixed, HDET, harm, reference grid) per start, over `seeds`."""
     best = ORACLE[workload]
 
     def ratios(arm: str, k: int) -> list[float]:
@@ -116,11 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     stored = read_results(results_file)
     rows = []
     for w in plan["workloads"]:
-        per_seed: dict[int, int] = {}
-        for key in stored:
-            name, seed, *_ = key.split("/")
-            if name == w:
-                per_seed[int(seed)] = per_seed.get(int(seed), 0) + 1
+        per_seed = Counter(int(key.split("/")[1]) for key in stored if key.split("/")[0] == w)
         seeds = tuple(sorted(s for s, n in per_seed.items() if n == RUNS_PER_SEED))
         if seeds:
             rows += table_rows(w, seeds, stored)

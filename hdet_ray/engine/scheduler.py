@@ -187,8 +187,9 @@ class HDETOneCycleLR(OneCycleLR):
         span = self.options.hypergradient_span
         return 0 if span is None else max(0, last - span)
 
-    def _keep_window_start(self) -> None:
-        if self._measuring and self._span_start() == 0:
+    def _keep_window_start(self, in_window: int = 0) -> None:
+        """Keep what the hypergradient's step is measured from, if its span starts at `in_window`."""
+        if self._measuring and self._span_start() == in_window:
             self._window_start = [p.detach().clone() for p in self._params]
 
     def _measure_slope(self, optimizer, args, kwargs) -> None:
@@ -196,9 +197,9 @@ class HDETOneCycleLR(OneCycleLR):
         `hypergradient_span` steps; that span's start is kept before its first step) on this rank. Runs after
         the `shared_grad` average (hooks run in the order registered), so every rank reads the same
         gradient; under DDP it is averaged already. Only tensor ops: read at the sync with the losses."""
-        last, first = cast(int, self.options.sync_every) - 1, self._span_start()
-        if first > 0 and self.state.in_window == first:
-            self._window_start = [p.detach().clone() for p in self._params]
+        last = cast(int, self.options.sync_every) - 1  # resolved: an int
+        if self.state.in_window > 0:  # a span that starts inside the window (at 0: kept at the sync)
+            self._keep_window_start(self.state.in_window)
         start = self._window_start
         if start is None or self.state.in_window != last:
             return
