@@ -128,14 +128,15 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         from hdet_ray import HDETDivergedError, HDETOneCycleLR
 
         net = model
+        options = hdet_options(job.get("hdet", {}))
+        options.setdefault("sync_every", job["sync_every"])
         hdet = HDETOneCycleLR(
             optimizer,
             max_lr=job["max_lr"],
             total_steps=steps,
-            sync_every=job["sync_every"],
             model=model,
             seed=seed,
-            **hdet_options(job.get("hdet", {})),
+            **options,
         )
         scheduler = hdet
     else:

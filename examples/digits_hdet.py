@@ -1,5 +1,6 @@
 """The same data-parallel digits script with HDETOneCycleLR: each rank trains at its own rate, replicas are
-averaged every 25 steps, and the controller moves the base rate.
+averaged every `steps // 20` steps (the default sync period; 20 at the default 400 steps), and the controller
+moves the base rate.
 
     torchrun --nproc_per_node 4 examples/digits_hdet.py
 
@@ -36,7 +37,7 @@ model = task.model(seed=0)
 if distributed:
     model = DistributedDataParallel(model)
 optimizer = torch.optim.AdamW(model.parameters(), lr=args.max_lr / 25)
-scheduler = HDETOneCycleLR(optimizer, max_lr=args.max_lr, total_steps=args.steps, sync_every=25, model=model)
+scheduler = HDETOneCycleLR(optimizer, max_lr=args.max_lr, total_steps=args.steps, model=model)
 
 batches = task.batches(rank, world, seed=0)
 for step in range(args.steps):

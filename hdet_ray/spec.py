@@ -308,7 +308,10 @@ class JobSpec(Document):
     sync_every: Int | None = Field(
         core_default(HDETOptions, "sync_every"),
         ge=1,
-        description="T, steps between syncs; at most `steps`; null: the scheduler's default, min(50, steps).",
+        description=(
+            "T, steps between syncs; at most `steps`; null: the scheduler's default, steps // 20 clamped "
+            "to [1, 25]."
+        ),
     )
     fanout: Literal["local", "shared_grad"] = core_default(HDETOptions, "fanout")
     optimizer: Literal["adamw", "sgd"] = "adamw"

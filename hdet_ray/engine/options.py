@@ -20,12 +20,24 @@ from hdet_ray.core.records import WindowRecord
 FANOUT_MODES = ("local", "shared_grad")
 ROLLBACK_MODES = ("memory", "off")
 OPTIMIZER_STATE_POLICIES = ("average", "keep", "reset")
-DEFAULT_SYNC_EVERY = 50
+DEFAULT_SYNC_EVERY = 25
+"""The longest sync period `default_sync_every` gives."""
+DEFAULT_WINDOWS = 20
+"""The fewest windows `default_sync_every` gives a run of at least that many steps."""
 
 
 def default_sync_every(total_steps: int) -> int:
-    """The sync period when none is given: min(50, total_steps) (the scheduler's and the job spec's)."""
-    return min(DEFAULT_SYNC_EVERY, total_steps)
+    """The sync period when none is given (the scheduler's and the job spec's): total_steps // 20, at least 1
+    and at most 25.
+
+    At least 20 windows: the controller pools 4 windows of evidence, and a rate 10x too high does its damage
+    by OneCycle's peak (30% of the run), so the rise needs about 6 windows. At most 25 steps: under
+    `shared_grad` the replicas drift apart along the window's step at their multipliers, so a longer window
+    spreads them further. Measured at 500 steps (`benchmarks.issue_setting`'s setting, six workloads): with
+    50 (10 windows, the old default) the MLP from 10x too high stayed dead as fixed OneCycle does and the
+    rescues from 10x too low fell short, where 25 trains it (docs/benchmarks.md, "The issue's own setting").
+    """
+    return max(1, min(DEFAULT_SYNC_EVERY, total_steps // DEFAULT_WINDOWS))
 
 
 DecideFn = Callable[[Window, WindowRecord], Decision]
@@ -34,7 +46,7 @@ DecideFn = Callable[[Window, WindowRecord], Decision]
 @dataclass(kw_only=True, frozen=True)
 class HDETOptions:
     sync_every: int | None = None
-    """T, steps between syncs; None: min(50, total_steps)."""
+    """T, steps between syncs; None: `default_sync_every`, total_steps // 20 clamped to [1, 25]."""
     explore: Sequence[HyperParam] | None = None
     """The hyperparameters to explore; None: `learning_rate()` (log_mean1 spread, factor 1.25)."""
     fanout: str = "shared_grad"

@@ -12,7 +12,7 @@ replica):
     -        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-3,
     -                                                        total_steps=self.trainer.max_steps)
     +        scheduler = HDETOneCycleLR(optimizer, max_lr=1e-3, total_steps=self.trainer.max_steps,
-    +                                   sync_every=50, model=self.trainer.model)
+    +                                   model=self.trainer.model)
              return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     -trainer = L.Trainer(max_steps=1000, strategy="ddp", devices=2)

@@ -7,8 +7,7 @@ replica):
     +from hdet_ray.integrations.transformers import HDETCallback
      args = TrainingArguments(output_dir, max_steps=1000, ...)
     +optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    +scheduler = HDETOneCycleLR(optimizer, max_lr=1e-3, total_steps=args.max_steps, sync_every=50,
-    +                           model=model)
+    +scheduler = HDETOneCycleLR(optimizer, max_lr=1e-3, total_steps=args.max_steps, model=model)
     -trainer = Trainer(model=model, args=args, train_dataset=train)
     +trainer = Trainer(model=model, args=args, train_dataset=train, optimizers=(optimizer, scheduler))
     +trainer.add_callback(HDETCallback(trainer))

@@ -13,6 +13,8 @@ from torch.optim.lr_scheduler import EPOCH_DEPRECATION_WARNING, OneCycleLR
 
 from hdet_ray import HDETDivergedError, HDETOneCycleLR, HealthConfig
 from hdet_ray.core.controller import Decision
+from hdet_ray.engine.options import default_sync_every
+from hdet_ray.spec import JobSpec
 
 
 def _opt(lr=0.1, size=(4, 2), cls=torch.optim.SGD):
@@ -262,3 +264,15 @@ def test_the_controller_sees_the_schedules_peak():
         b.step()
         s.step(loss=torch.tensor(1.0))
     assert [peak for _, peak in seen] == [0.5, 0.5] and seen[0][0] < seen[1][0] < 0.5
+
+
+@pytest.mark.parametrize(
+    ("total_steps", "expected"),
+    [(1, 1), (19, 1), (100, 5), (200, 10), (500, 25), (600, 25), (100_000, 25)],
+)
+def test_the_default_sync_period_gives_twenty_windows_of_at_most_25_steps(total_steps, expected):
+    # 500 steps: 25, the setting; 50 (10 windows) left the MLP from 10x too high dead there
+    _, b = _opt()
+    s = HDETOneCycleLR(b, max_lr=0.5, total_steps=total_steps)
+    assert s.options.sync_every == default_sync_every(total_steps) == expected
+    assert JobSpec(steps=total_steps).sync_period == expected
