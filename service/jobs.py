@@ -104,6 +104,8 @@ class JobService:
         job_id = "hdet-" + secrets.token_hex(6)
         run_dir = self.runs_dir / job_id
         stored = JobSpec.model_validate({**spec, "storage_path": str(run_dir)})
+        if stored.sync_every is None:  # the record says which period the job runs with, not "the default"
+            stored = stored.model_copy(update={"sync_every": stored.sync_period})
         self.check_fits(stored)
         if not self.backend.alive():
             raise HeadDown("the Ray cluster does not answer; the job was not submitted")

@@ -181,3 +181,16 @@ def test_dashboard_needs_the_token_in_a_cookie(memory_server, job):
         assert c.get(f"/v1/jobs/{job['id']}").status_code == 200  # reads with the cookie
         assert c.post(f"/v1/jobs/{job['id']}/stop").status_code == 401  # writes need the header
         assert c.get("/static/dashboard.js").status_code == 200
+
+
+def test_a_job_without_sync_every_records_the_period_it_runs_with(memory_server):
+    # the default sync period (steps // 20, in [1, 25]) is written into the stored spec and the job's own
+    # spec, so the record and the dashboard say 5, not null, and a later default cannot change the job
+    with memory_server.client() as c:
+        created = c.post("/v1/jobs", json={"name": "default-sync", "steps": 100, "replicas": 2})
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        body = c.get(f"/v1/jobs/{job_id}").json()
+    assert body["spec"]["sync_every"] == 5 and body["progress"]["total_windows"] == 20
+    words = shlex.split(memory_server.backend.entrypoints[job_id])
+    assert json.loads(words[words.index("--spec-json") + 1])["sync_every"] == 5
