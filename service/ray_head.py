@@ -36,10 +36,19 @@ _OBJECT_STORE_BYTES = 300 * 1024 * 1024  # the service's jobs pass tensors throu
 MIN_CPUS = 4
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports on 127.0.0.1. Every socket stays bound until all are chosen: chosen one at
+    a time, the kernel may hand out a port just released (seen in CI: the head's GCS and its dashboard agent
+    were both given 44023, and the head would not start)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 @dataclass(slots=True)
@@ -85,7 +94,15 @@ class EmbeddedHead:
         temp_dir = self.data_dir.resolve() / "ray"
         if len(str(temp_dir)) > _MAX_TEMP_DIR:
             temp_dir = Path(tempfile.mkdtemp(prefix="hdet-ray-"))
-        gcs_port, dash_port = free_port(), free_port()
+        # Every port Ray would otherwise take at a fixed default too, so heads of other users can coexist.
+        agent_flags = (
+            "--ray-client-server-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--runtime-env-agent-port",
+            "--metrics-export-port",
+        )
+        gcs_port, dash_port, *agent_ports = free_ports(2 + len(agent_flags))
         cmd = [
             sys.executable,
             "-m",
@@ -109,15 +126,8 @@ class EmbeddedHead:
             "--object-store-memory",
             str(_OBJECT_STORE_BYTES),
         ]
-        # Every port Ray would otherwise take at a fixed default, so heads of other users can coexist.
-        for flag in (
-            "--ray-client-server-port",
-            "--dashboard-agent-listen-port",
-            "--dashboard-agent-grpc-port",
-            "--runtime-env-agent-port",
-            "--metrics-export-port",
-        ):
-            cmd += [flag, str(free_port())]
+        for flag, port in zip(agent_flags, agent_ports, strict=True):
+            cmd += [flag, str(port)]
         cmd += ["--num-cpus", str(self.num_cpus)]
         self.token  # noqa: B018  (creates the token file before the head reads it)
         self._log = open(self.data_dir / "ray-head.log", "ab")  # noqa: SIM115  (open while the head runs)

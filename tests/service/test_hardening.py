@@ -19,6 +19,7 @@ from hdet_ray.engine.scheduler import HDETDivergedError
 from service import Settings
 from service.backends import MemoryJobs
 from service.jobs import failure_reason
+from service.ray_head import free_ports
 from tests.service.conftest import TOKEN, start_server
 from tests.service.test_api import SPEC, ingest_token, records
 
@@ -281,3 +282,11 @@ def test_submission_waits_for_a_head_whose_job_agent_is_not_up_yet(monkeypatch):
     jobs.client = Scripted(100)
     with pytest.raises(RuntimeError, match="No available agent"):
         jobs.submit("hdet-z", "python -c pass")
+
+
+def test_the_embedded_heads_ports_are_distinct():
+    # chosen one at a time, a port just released can come back: the head's GCS and dashboard agent were
+    # both given 44023 once in CI, and Ray refused to start
+    for _ in range(20):
+        ports = free_ports(64)
+        assert len(set(ports)) == 64 and all(0 < p < 65536 for p in ports)
