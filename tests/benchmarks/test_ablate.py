@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks import ablate
+from benchmarks import ablate, workloads
 
 
 def test_a_variant_is_default_or_a_name_with_json_options():
@@ -32,6 +32,20 @@ def test_a_cell_finds_its_start_from_the_stored_oracle_and_names_a_bad_cell():
         ablate.Cell("lm/short/middle")
     with pytest.raises(SystemExit, match="cell must be"):
         ablate.Cell("nope/oracle")
+
+
+def test_a_variants_jobs_share_its_options_but_a_run_does_not_write_into_them():
+    # the jobs of one variant hold the same dict, and a spawned worker unpickles the job list with that
+    # sharing kept: a run that filled in its cell's sync period there once gave the issue cells' 25 to the
+    # quality cells (10) of the same variant, later in the same invocation
+    settings: dict = {}
+    jobs = [ablate.Cell(c).job(0, "v", settings) for c in ("issue/mlp/oracle", "mlp/short/oracle")]
+    assert jobs[0]["hdet"] is jobs[1]["hdet"]
+    options = workloads.hdet_options(jobs[0]["hdet"])
+    options.setdefault("sync_every", jobs[0]["sync_every"])
+    assert settings == {} and options == {"sync_every": 25}
+    explored = {"explore": [{"name": "lr", "size": 1.0}]}
+    assert workloads.hdet_options(explored) is not explored and "sync_every" not in explored
 
 
 def test_the_trace_marks_moves_rollbacks_and_signs():
