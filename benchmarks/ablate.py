@@ -7,8 +7,8 @@ the runs of the defaults that ship.
     python -m benchmarks.ablate default --fixed --cells mlp/long/oracle --seeds 5 6 7 8 9
 
 A variant is `name=JSON`, the `HDETOneCycleLR` keyword options to change (`controller_settings` for the
-default controller's config; `explore` as a list of `HyperParam` field dicts; `sync_every` replaces the
-cell's), or `default` (the tree's
+default controller's config; `explore` as a list of `HyperParam` field dicts; `health` as a dict of
+`HealthConfig` fields; `sync_every` replaces the cell's), or `default` (the tree's
 defaults, which differ from the stored runs only when the engine changed since they were made).
 A cell is `workload/horizon/start` for the quality benchmark (`benchmarks.quality`: horizon short or
 long), `workload/start` for a held-out workload (`benchmarks.holdout`) or `issue/workload/start` for the

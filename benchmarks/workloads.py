@@ -102,14 +102,17 @@ def build(name: str) -> tuple[Task, str]:
 
 def hdet_options(options: dict[str, Any]) -> dict[str, Any]:
     """A job's HDET options (JSON) as `HDETOneCycleLR` keywords: `explore` may be a list of `HyperParam`
-    field dicts (tuples given as lists). Always a new dict: the jobs of one variant share its options dict
-    (`benchmarks.ablate`; a worker unpickles them as one object), so filling in a job's own fields must not
-    reach the next job."""
-    from hdet_ray import HyperParam
+    field dicts (tuples given as lists), `health` a dict of `HealthConfig` fields. Always a new dict: the
+    jobs of one variant share its options dict (`benchmarks.ablate`; a worker unpickles them as one object),
+    so filling in a job's own fields must not reach the next job."""
+    from hdet_ray import HealthConfig, HyperParam
 
+    options = dict(options)
+    if isinstance(options.get("health"), dict):
+        options["health"] = HealthConfig(**options["health"])
     explore = options.get("explore")
     if explore is None:
-        return dict(options)
+        return options
     params = [
         HyperParam(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()}) for spec in explore
     ]

@@ -46,6 +46,10 @@ def test_a_variants_jobs_share_its_options_but_a_run_does_not_write_into_them():
     assert settings == {} and options == {"sync_every": 25}
     explored = {"explore": [{"name": "lr", "size": 1.0}]}
     assert workloads.hdet_options(explored) is not explored and "sync_every" not in explored
+    from hdet_ray import HealthConfig
+
+    health = workloads.hdet_options({"health": {"regressed_start": False}})["health"]
+    assert health == HealthConfig(regressed_start=False)
 
 
 def test_the_trace_marks_moves_rollbacks_and_signs():

@@ -101,3 +101,25 @@ def test_blowup_progress_is_validated():
 
     with pytest.raises(ValueError, match="blowup_progress"):
         HealthConfig(blowup_progress=1.5)
+
+
+def test_a_start_that_itself_blew_up_is_not_the_reference():
+    # the run learned from 2.3 to 0.2; a window that excluded replicas averaged the rest into a model whose
+    # start is 1.35, and every replica ends between 1.7 and 4.1: against the start that is "healthy" for
+    # three of them (below 2 x 1.35), against the last median (0.2) every one of them blew up, so the run
+    # rolls back to the last fully healthy sync instead of training on from the damage
+    damaged = [stats(x, first=1.35) for x in (1.98, 4.13, 2.2, 1.66)]
+    healthy, reasons = assess(damaged, HealthConfig(), previous=0.2, best=0.2, initial=2.3)
+    assert healthy == [False] * 4 and "reference 0.2)" in reasons[3]
+    off = HealthConfig(regressed_start=False)
+    assert assess(damaged, off, previous=0.2, best=0.2, initial=2.3)[0] == [True, False, True, True]
+    # a start above the median by less than a blow-up is the reference, as before (2.5 < 2 x 1.5)
+    healthy, _ = assess(
+        [stats(0.9, first=1.0), stats(1.0, first=1.0), stats(1.5, first=1.0, tail=2.5)],
+        HealthConfig(),
+        previous=1.5,
+    )
+    assert healthy == [True, True, True]
+    # near zero loss the start doubling is noise (the absolute floor): the start stays the reference
+    quiet = [stats(x, first=0.0021) for x in (0.002, 0.0022, 0.0019, 0.0021)]
+    assert assess(quiet, HealthConfig(), previous=0.0009, best=0.0009, initial=2.3)[0] == [True] * 4
