@@ -6,7 +6,8 @@ A replica is unhealthy when
   * relative: its window mean or the mean over the window's second half is above `blowup_factor` x the
     reference, the larger of the window's starting loss (the converged parameters' loss on the window's first
     batches: the mean of the replicas' first-step losses) and the previous window's converged median; where
-    the starting loss itself blew up against that median (`regressed_start`), the median alone;
+    the starting loss itself blew up against the lower of that median and the run's best
+    (`regressed_start`), that lower level alone;
   * absolute: the rise above the reference gives back at least `blowup_progress` of what the run has learned
     so far (the run's initial loss minus the reference). Near zero loss a window that doubles 0.0007 to 0.0019
     is noise, not a blow-up: it gave back 0.05% of the progress from 2.3.
@@ -40,13 +41,14 @@ class HealthConfig:
     """A blow-up must also give back at least this fraction of the run's progress (initial loss minus the
     reference); 0 turns the absolute condition off."""
     regressed_start: bool = True
-    """When the window's starting loss (the converged model's) itself blew up against the previous window's
-    median (by `blowup_factor` and `blowup_progress`), judge the replicas against that median, not against
-    the regressed start: the damage came in with the average of a window that excluded replicas, and is not
-    a new level to measure them from. Measured: the AdamW MLP from 10x too high (`benchmarks.issue_setting`)
-    lost 2 seeds of 5 that way, its loss back up from 0.2 to 2 (chance 2.3) for the rest of the run, and no
-    rollback, since each window kept a healthy replica; with the rule every replica of that window fails and
-    the run rolls back to the last fully healthy sync (the cell 14.2x -> 1.39x of the oracle). False: the
+    """When the window's starting loss (the converged model's) itself blew up against where the run had got
+    to, the lower of the previous window's median and the run's best median (by `blowup_factor` and
+    `blowup_progress`), judge the replicas against that level, not against the regressed start: the damage
+    came in with the average of windows that excluded replicas, and is not a new level to measure them
+    from. Measured: the AdamW MLP from 10x too high (`benchmarks.issue_setting`) lost 3 seeds of 10 that
+    way, its loss back up from 0.2 to 1.6-2.0 (chance 2.3) for the rest of the run, with no rollback since
+    each window kept a healthy replica; with the rule every replica of such a window fails and the run rolls
+    back to the last fully healthy sync (the cell, 10 seeds, 2.98x -> 1.35x of the oracle). False: the
     reference is the larger of the start and the previous median, whatever the start."""
 
     def __post_init__(self) -> None:
@@ -100,13 +102,14 @@ def assess(
         initial = first
     if math.isfinite(previous):
         reference = max(first, previous) if math.isfinite(first) else previous
+        level = min(previous, best) if math.isfinite(best) else previous  # where the run had got to
         if (
             config.regressed_start
             and math.isfinite(first)
-            and first > config.blowup_factor * previous
-            and first - previous > config.blowup_progress * max(initial - previous, 0.0)
+            and first > config.blowup_factor * level
+            and first - level > config.blowup_progress * max(initial - level, 0.0)
         ):
-            reference = previous
+            reference = level
     lowest = min((x for x in (first, previous, best) if math.isfinite(x)), default=math.inf)
     chance = config.chance_loss if config.chance_loss is not None else initial
     # with chance taken from the run itself, "had learned" is judged on window means only: one batch's loss

@@ -120,6 +120,10 @@ def test_a_start_that_itself_blew_up_is_not_the_reference():
         previous=1.5,
     )
     assert healthy == [True, True, True]
+    # damage that came in over several windows, each less than 2x the last: judged against the run's best
+    slow = [stats(x, first=1.0) for x in (2.32, 3.42, 0.98, 1.52)]
+    healthy, reasons = assess(slow, HealthConfig(), previous=0.5, best=0.22, initial=2.3)
+    assert healthy == [False] * 4 and "reference 0.22)" in reasons[2]
     # near zero loss the start doubling is noise (the absolute floor): the start stays the reference
     quiet = [stats(x, first=0.0021) for x in (0.002, 0.0022, 0.0019, 0.0021)]
     assert assess(quiet, HealthConfig(), previous=0.0009, best=0.0009, initial=2.3)[0] == [True] * 4
