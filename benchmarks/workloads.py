@@ -110,13 +110,12 @@ def hdet_options(options: dict[str, Any]) -> dict[str, Any]:
     options = dict(options)
     if isinstance(options.get("health"), dict):
         options["health"] = HealthConfig(**options["health"])
-    explore = options.get("explore")
-    if explore is None:
-        return options
-    params = [
-        HyperParam(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()}) for spec in explore
-    ]
-    return {**options, "explore": params}
+    if options.get("explore") is not None:
+        options["explore"] = [
+            HyperParam(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
+            for spec in options["explore"]
+        ]
+    return options
 
 
 def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:

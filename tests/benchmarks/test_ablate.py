@@ -3,6 +3,7 @@
 import pytest
 
 from benchmarks import ablate, workloads
+from hdet_ray import HealthConfig
 
 
 def test_a_variant_is_default_or_a_name_with_json_options():
@@ -46,8 +47,6 @@ def test_a_variants_jobs_share_its_options_but_a_run_does_not_write_into_them():
     assert settings == {} and options == {"sync_every": 25}
     explored = {"explore": [{"name": "lr", "size": 1.0}]}
     assert workloads.hdet_options(explored) is not explored and "sync_every" not in explored
-    from hdet_ray import HealthConfig
-
     health = workloads.hdet_options({"health": {"regressed_start": False}})["health"]
     assert health == HealthConfig(regressed_start=False)
 
