@@ -11,8 +11,9 @@ default controller's config; `explore` as a list of `HyperParam` field dicts; `h
 `HealthConfig` fields; `sync_every` replaces the cell's), or `default` (the tree's
 defaults, which differ from the stored runs only when the engine changed since they were made).
 A cell is `workload/horizon/start` for the quality benchmark (`benchmarks.quality`: horizon short or
-long), `workload/start` for a held-out workload (`benchmarks.holdout`) or `issue/workload/start` for the
-issue's setting (`benchmarks.issue_setting`: 500 steps, `sync_every=25`, its reference as the oracle);
+long), `workload/start` for a held-out workload (`benchmarks.holdout`), `issue/workload/start` for the
+issue's setting (`benchmarks.issue_setting`: 500 steps, `sync_every=25`, its reference as the oracle) or
+`unseen/workload/start` for `benchmarks.unseen`'s workloads (the same setting, its grid's best as the oracle);
 start is low, oracle or high (10x too low, the oracle's rate, 10x too high, as the benchmarks fix them).
 The oracle and the fixed OneCycle runs are read from those benchmarks' stored runs, so they must have run
 first. Runs append to `--out` (an
@@ -35,7 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common, holdout, issue_setting, quality, workloads
+from benchmarks import common, holdout, issue_setting, quality, unseen, workloads
 from benchmarks.pool import read_results, run_jobs
 
 STARTS = {"low": -2, "oracle": 0, "high": 2}
@@ -65,7 +66,14 @@ class Cell:
         parts = text.split("/")
         self.text = text
         self.issue = len(parts) == 3 and parts[0] == "issue" and parts[1] in issue_setting.ORACLE
-        if self.issue:
+        self.unseen = len(parts) == 3 and parts[0] == "unseen" and parts[1] in unseen.CENTRE
+        if self.unseen:
+            _, self.workload, start = parts
+            self.horizon = None
+            self.prefix = f"{self.workload}/"
+            self.stored_file = common.results_dir("full") / "unseen_runs.jsonl"
+            self.seeds_of_oracle = unseen.PLAN["full"]["seeds"]
+        elif self.issue:
             _, self.workload, start = parts
             self.horizon = None
             self.prefix = f"{self.workload}/"
@@ -85,8 +93,9 @@ class Cell:
         else:
             raise SystemExit(
                 f"cell must be workload/horizon/start ({sorted(quality.CENTRE)}, short|long), "
-                f"workload/start ({sorted(holdout.CENTRE)}) or issue/workload/start "
-                f"({sorted(issue_setting.ORACLE)}), start one of {sorted(STARTS)}; got {text!r}"
+                f"workload/start ({sorted(holdout.CENTRE)}), issue/workload/start "
+                f"({sorted(issue_setting.ORACLE)}) or unseen/workload/start ({sorted(unseen.CENTRE)}), "
+                f"start one of {sorted(STARTS)}; got {text!r}"
             )
         if start not in STARTS:
             raise SystemExit(f"cell {text!r}: start must be one of {sorted(STARTS)}")
@@ -98,6 +107,8 @@ class Cell:
                 self.best = quality.oracle_index(
                     self.stored, self.workload, self.horizon, self.seeds_of_oracle
                 )
+            elif self.unseen:
+                self.best, _ = unseen.grid_best(self.stored, self.workload, self.seeds_of_oracle)
             else:
                 self.best = holdout.oracle_index(self.stored, self.workload, self.seeds_of_oracle)
         except KeyError:
@@ -121,7 +132,9 @@ class Cell:
         )
 
     def job(self, seed: int, variant: str, settings: dict[str, Any], arm: str = "hdet") -> dict[str, Any]:
-        if self.issue:
+        if self.unseen:
+            out = unseen.job("full", self.workload, seed, arm, self.k)
+        elif self.issue:
             out = issue_setting.job("full", self.workload, seed, arm, self.k)
         elif self.horizon is not None:
             out = quality.job(self.workload, self.horizon, "full", seed, arm, self.k)
@@ -164,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cells",
         nargs="+",
         required=True,
-        help="workload/horizon/start, workload/start or issue/workload/start",
+        help="workload/horizon/start, workload/start, issue/workload/start or unseen/workload/start",
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=common.RESULTS / "ablate" / "ablate_runs.jsonl")

@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from benchmarks import common, docs, holdout, horizon, issue_setting, quality, scale, speed
+from benchmarks import common, docs, holdout, horizon, issue_setting, quality, scale, speed, unseen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     # timing benchmarks first, before the long quality runs heat the machine's queue
     for name, bench in (("scale", scale), ("speed", speed), ("quality", quality), ("holdout", holdout),
-                        ("horizon", horizon), ("issue_setting", issue_setting)):  # fmt: skip
+                        ("horizon", horizon), ("issue_setting", issue_setting),
+                        ("unseen", unseen)):  # fmt: skip
         t = time.perf_counter()
         bench.run(mode)
         print(f"[all] {name} done in {time.perf_counter() - t:.0f} s", flush=True)

@@ -19,6 +19,7 @@ import argparse
 import functools
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from benchmarks import common, workloads
@@ -50,10 +51,12 @@ def job(mode: str, workload: str, seed: int, arm: str, k: int) -> dict[str, Any]
     }
 
 
-def oracle_index(results: dict[str, dict[str, Any]], workload: str, seeds: tuple[int, ...]) -> int:
+def oracle_index(
+    results: dict[str, dict[str, Any]], workload: str, seeds: tuple[int, ...], grid: Sequence[int] = GRID
+) -> int:
     """The grid index of the best fixed rate (mean over `seeds`; a diverged run counts as infinitely bad)."""
     return min(
-        GRID, key=lambda k: sum(common.final_metric(results, f"{workload}/{s}/fixed/{k}") for s in seeds)
+        grid, key=lambda k: sum(common.final_metric(results, f"{workload}/{s}/fixed/{k}") for s in seeds)
     )
 
 

@@ -7,6 +7,10 @@ script with `HDETOneCycleLR` swapped in (the README's three-line change), or an 
   seeds x 2 horizons fit the benchmark's budget on 2 CPU cores: context 32, width 32) with AdamW (weight decay
   0.01).
 
+`benchmarks.holdout` swaps these workloads' optimizers; `benchmarks.unseen` adds three of model and data
+families no default was chosen on: `regression` (a teacher-student regression, MSE, an MLP with LayerNorm,
+Adam), `gru` (a GRU byte LM, Adam) and `softmax` (softmax regression on the digits: convex, SGD + momentum).
+
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one.
 """
@@ -51,6 +55,100 @@ class DigitsCNN(Digits):
             )
 
 
+@dataclass
+class Regression(Task):
+    """Teacher-student regression: 16 Gaussian inputs, the target a fixed random tanh network's output plus
+    noise (scaled to unit variance), the student an MLP with LayerNorm and GELU; metric validation MSE. No
+    chance level: the loss scale is not a cross-entropy's."""
+
+    width: int = 128
+    inputs: int = 16
+    train: int = 8192
+    validation: int = 1024
+    batch_size: int = 32
+    noise: float = 0.1
+    name: str = field(default="regression", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
+        x = torch.randn(self.train + self.validation, self.inputs, generator=g)
+        w1 = torch.randn(self.inputs, 64, generator=g) * 2.0 / math.sqrt(self.inputs)
+        w2 = torch.randn(64, 1, generator=g) / math.sqrt(64)
+        y = torch.tanh(x @ w1) @ w2
+        y = y + self.noise * y.std() * torch.randn(y.shape, generator=g)
+        return x, (y - y.mean()) / y.std()
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            w = self.width
+            return nn.Sequential(
+                nn.Linear(self.inputs, w),
+                nn.LayerNorm(w),
+                nn.GELU(),
+                nn.Linear(w, w),
+                nn.LayerNorm(w),
+                nn.GELU(),
+                nn.Linear(w, 1),
+            )
+
+    def batches(self, rank: int, replicas: int, seed: int):
+        x, y = self._data()
+        x, y = x[self.validation :][rank::replicas], y[self.validation :][rank::replicas]
+        g = torch.Generator().manual_seed(seed * 7919 + rank)
+        while True:
+            order = torch.randperm(len(y), generator=g)
+            for i in range(0, len(y) - self.batch_size + 1, self.batch_size):
+                idx = order[i : i + self.batch_size]
+                yield x[idx], y[idx]
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x, y = self._data()
+        return {"val_loss": float(nn.functional.mse_loss(model(x[: self.validation]), y[: self.validation]))}
+
+
+class _GRU(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(256, dim)
+        self.rnn = nn.GRU(dim, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 256)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(self.embed(idx))[0])
+
+
+@dataclass
+class ByteGRU(ByteLM):
+    """A one-layer GRU over the byte LM's data (its batches, split and bits-per-byte metric)."""
+
+    hidden: int = 64
+    name: str = field(default="bytegru", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _GRU(self.dim, self.hidden)
+
+
+@dataclass
+class Softmax(Digits):
+    """Softmax regression (one linear layer) on the digits: a convex problem."""
+
+    name: str = field(default="digits_softmax", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return nn.Linear(64, 10)
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -92,6 +190,10 @@ TASKS = {
     "mlp_adamw": (Digits, {}, "adamw"),
     "cnn_sgd": (DigitsCNN, {}, "sgd"),
     "lm_sgd": (ByteLM, {"context": 32, "dim": 32, "heads": 2, "val_bytes": 16_384}, "sgd"),
+    # unseen (`benchmarks.unseen`): model and data families never run while the defaults were chosen
+    "regression": (Regression, {}, "adam"),
+    "gru": (ByteGRU, {"context": 32, "dim": 32, "val_bytes": 16_384}, "adam"),
+    "softmax": (Softmax, {}, "sgd"),
 }
 
 

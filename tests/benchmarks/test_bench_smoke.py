@@ -263,3 +263,38 @@ def test_a_quick_plan_runs_and_writes_its_table(tmp_path, monkeypatch, name, arm
     assert all(len(runs[k]["records"]) == windows for k in runs if "/hdet/" in k)
     table = (tmp_path / "quick" / f"{name}.md").read_text()
     assert table.count("| mlp |") == rows and f"python -m benchmarks.{name} --quick" in table
+
+
+def test_unseen_grows_its_grid_past_the_end_that_holds_the_best_rate():
+    from benchmarks.unseen import EXTEND, grid_best
+
+    def grid(metric_of_k, ks):
+        return {f"w/{s}/fixed/{k}": {"metric": metric_of_k(k)} for s in (0, 1) for k in ks}
+
+    # a best inside the grid is the oracle
+    assert grid_best(grid(lambda k: (k - 4) ** 2 + 1.0, range(7)), "w", (0, 1)) == (4, None)
+    # a best at the top end asks for the rate above it, then stops where the metric turns
+    rising = grid(lambda k: (k - 7) ** 2 + 1.0, range(7))
+    assert grid_best(rising, "w", (0, 1)) == (6, 7)
+    rising |= grid(lambda k: (k - 7) ** 2 + 1.0, [7, 8])
+    assert grid_best(rising, "w", (0, 1)) == (7, None)
+    # and at the bottom end the rate below; never more than EXTEND steps past either end
+    falling = grid(lambda k: float(k) + 10.0, range(-EXTEND, 7))
+    assert grid_best(falling, "w", (0, 1)) == (-EXTEND, None)
+    # a diverged run (non-finite metric) is never the best
+    assert grid_best(grid(lambda k: math.inf if k == 6 else 7.0 - k, range(7)), "w", (0, 1)) == (5, None)
+
+
+@pytest.mark.slow
+def test_unseen_quick_runs_its_plan_and_writes_its_table(tmp_path, monkeypatch):
+    from benchmarks import common, unseen
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    assert unseen.main(["--quick"]) == 0
+    runs = read_results(tmp_path / "quick" / "unseen_runs.jsonl")
+    best, beyond = unseen.grid_best(runs, "softmax", (0,))
+    assert beyond is None and len([k for k in runs if "/hdet/" in k]) == 3
+    assert {f"softmax/0/{arm}/{best + d}" for arm in ("fixed", "hdet") for d in (-2, 0, 2)} <= set(runs)
+    assert all(len(runs[k]["records"]) == 4 for k in runs if "/hdet/" in k)  # 20 steps, sync_every=5
+    table = (tmp_path / "quick" / "unseen.md").read_text()
+    assert table.count("| softmax |") == 3 and "python -m benchmarks.unseen --quick" in table
