@@ -64,8 +64,10 @@ class HDETOptions:
     """'average' | 'keep' | 'reset' at each sync; None: 'keep' under shared_grad (the moments already agree),
     else 'average'."""
     rollback: str | None = None
-    """'memory': keep the last healthy converged state in memory to restore when every replica fails;
-    'off': keep nothing (such a window continues from the mean of the finite replicas at the cut rate);
+    """'memory': keep the last healthy converged state in memory to restore when every replica fails (or all
+    but one of three or more, `ControllerConfig.rollback_lone_survivor`);
+    'off': keep nothing (such a window continues at the cut rate from its healthy replica, or where none is,
+    from the mean of the replicas with finite parameters);
     None: 'memory' with several replicas, 'off' with one."""
     balanced: bool = False
     """Assign multipliers so that explored hyperparameters are uncorrelated across replicas."""

@@ -123,7 +123,7 @@ class WindowSync:
         if decision.rollback and self.snapshot.held:
             self.snapshot.restore(self.tensors, self.optimizer)
         else:
-            weights = decision.weights if not decision.rollback else self.finite_mean(state, stats)
+            weights = decision.weights if not decision.rollback else self.finite_mean(state, stats, healthy)
             converge.weighted_average(flats, weights[self.rank], group=self.options.process_group)
             converge.unpack(flats, tensors)
             if all(healthy):  # survivors of a window that lost replicas may be damaged: keep the older state
@@ -200,8 +200,13 @@ class WindowSync:
             return mine
         return broadcast_decision(mine, self.codec, self.options.process_group)
 
-    def finite_mean(self, state: HDETState, stats: Sequence[ReplicaStats]) -> list[float]:
-        """Weights of a rollback without a snapshot: the plain mean of the replicas with finite parameters."""
+    def finite_mean(
+        self, state: HDETState, stats: Sequence[ReplicaStats], healthy: Sequence[bool]
+    ) -> list[float]:
+        """Weights of a rollback without a snapshot: the plain mean of the healthy replicas (a lone survivor,
+        `ControllerConfig.rollback_lone_survivor`), or where none is, of those with finite parameters."""
+        if any(healthy):
+            return [1.0 / sum(healthy) if ok else 0.0 for ok in healthy]
         finite = [s.params_finite for s in stats]
         if not any(finite):
             _diverged(state, "no replica has finite parameters and rollback='off' keeps no snapshot")

@@ -260,6 +260,26 @@ def test_a_rollback_while_the_schedule_rises_cuts_for_the_next_windows_end():
     assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest) and "ahead" not in d.note
 
 
+def test_a_lone_survivor_of_three_or_more_rolls_back_and_of_two_holds():
+    c = make_controller("evidence")
+    state, _ = c.decide(c.initial_state(["lr"]), window([1.0] * 4, base=1.0, index=0))
+    lone = window([0.5, math.nan, math.nan, math.nan], healthy=[True, False, False, False], base=1.0, index=1)
+    after, d = c.decide(state, lone)
+    # as with no healthy replica: 0.5 x the lowest replica's value (the survivor's here)
+    assert d.rollback and d.weights == () and d.note.startswith("one healthy replica of 4: rolled back")
+    assert d.offsets["lr"] == pytest.approx(math.log(0.5 * MULTS[0]))
+    assert after.rollbacks == 1 and after.consecutive_rollbacks == 1
+    # two healthy replicas, or one of two, is no rollback; with the setting off a lone survivor holds
+    assert not c.decide(state, window([0.5, 0.6, math.nan, math.nan], healthy=[True, True, False, False]))[
+        1
+    ].rollback
+    pair = window([0.5, math.nan], mults=(0.8, 1.25), healthy=[True, False], base=1.0, index=1)
+    assert not c.decide(c.initial_state(["lr"]), pair)[1].rollback
+    off = make_controller("evidence", rollback_lone_survivor=False)
+    _, d = off.decide(off.decide(off.initial_state(["lr"]), window([1.0] * 4, base=1.0, index=0))[0], lone)
+    assert not d.rollback and d.offsets["lr"] == 0.0 and d.note == "fewer than two healthy losses"
+
+
 def test_converge_weights():
     healthy = [True, True, False, True]
     losses = [3.0, 1.0, math.nan, 2.0]

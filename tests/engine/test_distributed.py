@@ -243,7 +243,7 @@ def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
 
 
 # -- non-finite replicas, rollback, divergence ---------------------------------------------------------------
-def nan_and_rollback(rank, world, fanout):
+def nan_and_rollback(rank, world, fanout, lone=False):
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sched = HDETOneCycleLR(
@@ -285,8 +285,8 @@ def nan_and_rollback(rank, world, fanout):
     # fully healthy sync is the start
     snapshot = start
     lr_before = sched.offsets["lr"]
-    for step in range(5):  # window 1: every rank NaN -> roll back to the window-0 state, cut the rate
-        loss = train_step(poison=(step == 3))
+    for step in range(5):  # window 1: every rank NaN (or all but rank 0: `lone`) -> roll back, cut the rate
+        loss = train_step(poison=(step == 3 and not (lone and rank == 0)))
         sched.step(loss=loss.detach())
     out["rolled_back_to_snapshot"] = torch.equal(_flat(model), snapshot)
     out["offset_drop"] = sched.offsets["lr"] - lr_before
@@ -300,10 +300,13 @@ def nan_and_rollback(rank, world, fanout):
     return out
 
 
-@pytest.mark.parametrize("fanout", ["local", "shared_grad"])
-def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout):
-    # shared_grad: the NaN replica's gradients are left out of the per-step mean, so it cannot poison the rest
-    outs = run_ranks(nan_and_rollback, 4, fanout)
+@pytest.mark.parametrize(
+    ("fanout", "lone"), [("local", False), ("shared_grad", False), ("shared_grad", True)]
+)
+def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout, lone):
+    # shared_grad: the NaN replica's gradients are left out of the per-step mean, so it cannot poison the rest;
+    # lone: in window 1 one replica of four stays finite, and that window rolls back as if none had
+    outs = run_ranks(nan_and_rollback, 4, fanout, lone)
     others = torch.stack([outs[r]["pre"] for r in (0, 1, 3)]).double().mean(0)
     for o in outs:
         assert torch.isfinite(o["post"]).all()
@@ -312,6 +315,7 @@ def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout):
     rec0 = outs[0]["record0"]
     assert rec0["excluded"] == [2] and rec0["weights"][2] == 0.0 and not rec0["rollback"]
     assert outs[0]["record1"]["rollback"] is True
+    assert outs[0]["record1"]["healthy"] == [lone, False, False, False]
     for o in outs:
         assert o["rolled_back_to_snapshot"]
         # to rollback_cut 0.5 x the lowest replica's rate (1/2 of the centre for a log spread of 2), less the
