@@ -304,8 +304,8 @@ def nan_and_rollback(rank, world, fanout, lone=False):
     ("fanout", "lone"), [("local", False), ("shared_grad", False), ("shared_grad", True)]
 )
 def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout, lone):
-    # shared_grad: the NaN replica's gradients are left out of the per-step mean, so it cannot poison the rest;
-    # lone: in window 1 one replica of four stays finite, and that window rolls back as if none had
+    # shared_grad: the NaN replica's gradients are left out of the per-step mean, so it cannot poison the
+    # rest; lone: in window 1 one replica of four stays finite, and that window rolls back as if none had
     outs = run_ranks(nan_and_rollback, 4, fanout, lone)
     others = torch.stack([outs[r]["pre"] for r in (0, 1, 3)]).double().mean(0)
     for o in outs:
