@@ -9,7 +9,9 @@ script with `HDETOneCycleLR` swapped in (the README's three-line change), or an 
 
 `benchmarks.holdout` swaps these workloads' optimizers; `benchmarks.unseen` adds three of model and data
 families no default was chosen on: `regression` (a teacher-student regression, MSE, an MLP with LayerNorm,
-Adam), `gru` (a GRU byte LM, Adam) and `softmax` (softmax regression on the digits: convex, SGD + momentum).
+Adam), `gru` (a GRU byte LM, Adam), `softmax` (softmax regression on the digits: convex, SGD + momentum) and
+`tabular` (synthetic tabular classification on features of scales 0.1 to 10, an MLP with dropout, SGD +
+momentum).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one.
@@ -94,14 +96,7 @@ class Regression(Task):
             )
 
     def batches(self, rank: int, replicas: int, seed: int):
-        x, y = self._data()
-        x, y = x[self.validation :][rank::replicas], y[self.validation :][rank::replicas]
-        g = torch.Generator().manual_seed(seed * 7919 + rank)
-        while True:
-            order = torch.randperm(len(y), generator=g)
-            for i in range(0, len(y) - self.batch_size + 1, self.batch_size):
-                idx = order[i : i + self.batch_size]
-                yield x[idx], y[idx]
+        return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         x, y = batch
@@ -111,6 +106,77 @@ class Regression(Task):
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         x, y = self._data()
         return {"val_loss": float(nn.functional.mse_loss(model(x[: self.validation]), y[: self.validation]))}
+
+
+def _shuffled(
+    x: torch.Tensor, y: torch.Tensor, validation: int, batch_size: int, rank: int, replicas: int, seed: int
+):
+    """Endless shuffled batches of this rank's shard of the training rows (after the first `validation`)."""
+    x, y = x[validation:][rank::replicas], y[validation:][rank::replicas]
+    g = torch.Generator().manual_seed(seed * 7919 + rank)
+    while True:
+        order = torch.randperm(len(y), generator=g)
+        for i in range(0, len(y) - batch_size + 1, batch_size):
+            idx = order[i : i + batch_size]
+            yield x[idx], y[idx]
+
+
+@dataclass
+class Tabular(Task):
+    """Synthetic tabular classification: 32 Gaussian features on scales from 0.1 to 10 (ill-conditioned for
+    SGD), 8 classes given by a fixed random tanh network on the standardised features, 5% of the labels
+    redrawn at random; an MLP with dropout 0.1; metric validation cross-entropy. No chance level is named."""
+
+    features: int = 32
+    classes: int = 8
+    width: int = 256
+    train: int = 8192
+    validation: int = 2048
+    batch_size: int = 32
+    flip: float = 0.05
+    name: str = field(default="tabular", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
+        n = self.train + self.validation
+        z = torch.randn(n, self.features, generator=g)
+        w1 = torch.randn(self.features, 64, generator=g) * 2.0 / math.sqrt(self.features)
+        w2 = torch.randn(64, self.classes, generator=g)
+        y = (torch.tanh(z @ w1) @ w2).argmax(1)
+        redraw = torch.rand(n, generator=g) < self.flip
+        y = torch.where(redraw, torch.randint(0, self.classes, (n,), generator=g), y)
+        return z * torch.logspace(-1, 1, self.features), y
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            w = self.width
+            return nn.Sequential(
+                nn.Linear(self.features, w),
+                nn.ReLU(),
+                nn.Dropout(0.1),
+                nn.Linear(w, w),
+                nn.ReLU(),
+                nn.Dropout(0.1),
+                nn.Linear(w, self.classes),
+            )
+
+    def batches(self, rank: int, replicas: int, seed: int):
+        return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.cross_entropy(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x, y = self._data()
+        was_training = model.training
+        model.eval()
+        loss = nn.functional.cross_entropy(model(x[: self.validation]), y[: self.validation])
+        model.train(was_training)
+        return {"val_loss": float(loss)}
 
 
 class _GRU(nn.Module):
@@ -194,6 +260,7 @@ TASKS = {
     "regression": (Regression, {}, "adam"),
     "gru": (ByteGRU, {"context": 32, "dim": 32, "val_bytes": 16_384}, "adam"),
     "softmax": (Softmax, {}, "sgd"),
+    "tabular": (Tabular, {}, "sgd"),
 }
 
 
@@ -224,6 +291,8 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     """job: workload, steps, sync_every, max_lr, seed, arm ('fixed' | 'hdet' | 'lrfree'), hdet (kwargs)."""
     task, opt_kind = build(job["workload"])
     seed, steps = int(job["seed"]), int(job["steps"])
+    # the global generator (dropout's masks) starts from the job, not from whatever job this process ran last
+    torch.manual_seed(seed * 7919 + rank)
     started = time.perf_counter()
     model = task.model(seed)
     arm = job["arm"]
