@@ -9,12 +9,12 @@ ones the defaults were chosen on. These four are not: a teacher-student regressi
 with LayerNorm and GELU, Adam; no chance level, and a loss scale unlike a cross-entropy's), a GRU byte LM
 (Adam; a recurrent network), softmax regression on the digits (SGD + momentum; a convex problem, where the
 best rate sits at the edge of stability) and a synthetic tabular classifier (features on scales from 0.1 to
-10, an MLP with dropout, SGD + momentum; added after the first three had run). The setting is the issue's:
-500 steps, the README's three-line change with the defaults (its sync period at 500 steps is 25, the value
-the jobs pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload (`CENTRE`, a familiar default
-for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0 to 2 picks the oracle's
-rate (grown past an end that holds the best, `grid_best`), then HDET from 10x too low, the oracle's rate and
-10x too high beside fixed OneCycle at those rates.
+10, an MLP with dropout, SGD + momentum; added after the first three had run). The setting is the issue's: 500
+steps, the README's three-line change with the defaults (its sync period at 500 steps is 25, the value the
+jobs pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload
+(`CENTRE`, a familiar default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0
+to 2 picks the oracle's rate (grown past an end that holds the best, `grid_best`), then HDET from 10x too low,
+the oracle's rate and 10x too high beside fixed OneCycle at those rates.
 Results append to `benchmarks/results/<mode>/unseen_runs.jsonl` (an interrupted run resumes); the table goes
 to `unseen.md`.
 """
