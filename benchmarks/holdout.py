@@ -38,17 +38,26 @@ def rate(workload: str, k: int) -> float:
     return grid_rate(CENTRE[workload], k)
 
 
-def job(mode: str, workload: str, seed: int, arm: str, k: int) -> dict[str, Any]:
-    plan = PLAN[mode]
+def grid_job(
+    workload: str, seed: int, arm: str, k: int, steps: int, sync_every: int, max_lr: float
+) -> dict[str, Any]:
+    """A `benchmarks.workloads.run` job keyed `workload/seed/arm/k` (the key the held-out, issue-setting and
+    unseen benchmarks share)."""
     return {
         "key": f"{workload}/{seed}/{arm}/{k}",
         "workload": workload,
-        "steps": plan["windows"] * plan["sync_every"],
-        "sync_every": plan["sync_every"],
+        "steps": steps,
+        "sync_every": sync_every,
         "seed": seed,
         "arm": arm,
-        "max_lr": rate(workload, k),
+        "max_lr": max_lr,
     }
+
+
+def job(mode: str, workload: str, seed: int, arm: str, k: int) -> dict[str, Any]:
+    plan = PLAN[mode]
+    steps = plan["windows"] * plan["sync_every"]
+    return grid_job(workload, seed, arm, k, steps, plan["sync_every"], rate(workload, k))
 
 
 def oracle_index(

@@ -45,15 +45,7 @@ def rate(workload: str, k: int) -> float:
 
 def job(mode: str, workload: str, seed: int, arm: str, k: int) -> dict[str, Any]:
     plan = PLAN[mode]
-    return {
-        "key": f"{workload}/{seed}/{arm}/{k}",
-        "workload": workload,
-        "steps": plan["steps"],
-        "sync_every": plan["sync_every"],
-        "seed": seed,
-        "arm": arm,
-        "max_lr": rate(workload, k),
-    }
+    return holdout.grid_job(workload, seed, arm, k, plan["steps"], plan["sync_every"], rate(workload, k))
 
 
 def run_workload(mode: str, workload: str, seeds: tuple[int, ...], results_file) -> None:

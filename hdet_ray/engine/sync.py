@@ -123,7 +123,9 @@ class WindowSync:
         if decision.rollback and self.snapshot.held:
             self.snapshot.restore(self.tensors, self.optimizer)
         else:
-            weights = decision.weights if not decision.rollback else self.finite_mean(state, stats, healthy)
+            weights = (
+                decision.weights if not decision.rollback else self.rollback_weights(state, stats, healthy)
+            )
             converge.weighted_average(flats, weights[self.rank], group=self.options.process_group)
             converge.unpack(flats, tensors)
             if all(healthy):  # survivors of a window that lost replicas may be damaged: keep the older state
@@ -200,7 +202,7 @@ class WindowSync:
             return mine
         return broadcast_decision(mine, self.codec, self.options.process_group)
 
-    def finite_mean(
+    def rollback_weights(
         self, state: HDETState, stats: Sequence[ReplicaStats], healthy: Sequence[bool]
     ) -> list[float]:
         """Weights of a rollback without a snapshot: the plain mean of the healthy replicas (a lone survivor,
