@@ -235,6 +235,7 @@ class Health(_Model):
     chance_tolerance: float = Field(core_default(HealthConfig, "chance_tolerance"), ge=0, lt=1)
     chance_margin: float = Field(core_default(HealthConfig, "chance_margin"), ge=0, lt=1)
     blowup_progress: float = Field(core_default(HealthConfig, "blowup_progress"), ge=0, le=1)
+    stuck_spread: float = Field(core_default(HealthConfig, "stuck_spread"), ge=0, lt=1)
 
     @field_validator("chance_loss")
     @classmethod
@@ -251,6 +252,7 @@ class Health(_Model):
             chance_tolerance=self.chance_tolerance,
             chance_margin=self.chance_margin,
             blowup_progress=self.blowup_progress,
+            stuck_spread=self.stuck_spread,
         )
 
 

@@ -18,6 +18,16 @@ A replica is unhealthy when
   the run's initial loss (the first window's starting loss: an untrained network's level), so a network that
   learned and came back to where it started is dead without the user naming chance. A too-high rate leaves a
   ten-class network at ln(10) = 2.303: no NaN check sees it.
+- every replica is stuck (`stuck_spread`): a window judged healthy by the rules above whose replicas' window
+  losses agree within `stuck_spread` of their median, whatever their rates, while each has given back more
+  than half of what the run had learned (`gave_back`: from the initial loss to the lowest of the window's
+  start, the previous median and the best median, where that is more than 5% below the initial loss). A
+  dead network predicts the same thing whatever rate it is stepped at; it rests at the constant predictor's
+  loss, which can sit below the untrained network's (ln 8 = 2.08 against a first loss of 2.18 on
+  `benchmarks.unseen`'s tabular task), so the fell-back-to-chance rule above, with chance inferred, misses
+  it. Every replica fails together, and the run rolls back to its last fully healthy sync; a sync whose
+  median had given back over half the progress is not kept as that target (a network can die over two or
+  three windows that each look healthy).
 """
 
 from __future__ import annotations
@@ -40,6 +50,12 @@ class HealthConfig:
     blowup_progress: float = 0.25
     """A blow-up must also give back at least this fraction of the run's progress (initial loss minus the
     reference); 0 turns the absolute condition off."""
+    stuck_spread: float = 0.02
+    """A window is dead when its replicas' losses agree within this fraction of their median while each has
+    given back over half the run's progress (see the module docstring); 0 turns the rule off. Measured on
+    every stored HDET run of the benchmarks (345): it holds in one window of one run, the tabular classifier
+    from 10x too high on seed 3, which sat at ln 8 for 16 windows (a 2% or a 5% spread finds the same). With
+    0 the rollback snapshot is also refreshed from a sync that gave back over half the run's progress."""
     regressed_start: bool = True
     """When the window's starting loss (the converged model's) itself blew up against where the run had got
     to, the lower of the previous window's median and the run's best median (by `blowup_factor` and
@@ -60,6 +76,8 @@ class HealthConfig:
             raise ValueError(f"HealthConfig.chance_tolerance must be in [0, 1), got {self.chance_tolerance}")
         if not 0.0 <= self.chance_margin < 1.0:
             raise ValueError(f"HealthConfig.chance_margin must be in [0, 1), got {self.chance_margin}")
+        if not 0.0 <= self.stuck_spread < 1.0:
+            raise ValueError(f"HealthConfig.stuck_spread must be in [0, 1), got {self.stuck_spread}")
         if not 0.0 <= self.blowup_progress <= 1.0:
             raise ValueError(f"HealthConfig.blowup_progress must be in [0, 1], got {self.blowup_progress}")
 
@@ -125,7 +143,41 @@ def assess(
         healthy.append(reason is None)
         if reason is not None:
             reasons[r] = reason
+    if all(healthy):
+        stuck = _stuck(stats, lowest, initial, config)
+        if stuck is not None:
+            return [False] * len(stats), dict.fromkeys(range(len(stats)), stuck)
     return healthy, reasons
+
+
+def gave_back(loss: float, lowest: float, initial: float) -> bool:
+    """True when the run had learned (`lowest` below `initial` by more than 5%) and `loss` has given back
+    over half of that progress. Such a state is no rollback target either: the snapshot is not refreshed
+    from it."""
+    if not (math.isfinite(loss) and math.isfinite(lowest) and math.isfinite(initial)):
+        return False
+    return lowest < initial * (1 - _LEARNED) and loss - lowest > 0.5 * (initial - lowest)
+
+
+_LEARNED = 0.05
+"""'Had learned' for `gave_back`: below the initial loss by this fraction. With no margin a slow start at a
+too-low rate (flat, and a hair above its first window by noise) counts as stuck: the held-out MLP from 10x
+too low at 150 windows, window 2."""
+
+
+def _stuck(stats: Sequence[ReplicaStats], lowest: float, initial: float, config: HealthConfig) -> str | None:
+    """The reason every replica fails when the window is dead (`stuck_spread`), else None."""
+    losses = [s.mean_loss for s in stats if s.count and math.isfinite(s.mean_loss)]
+    if config.stuck_spread <= 0 or len(losses) < 2 or len(losses) < len(stats):
+        return None
+    median = sorted(losses)[len(losses) // 2]
+    flat = max(losses) - min(losses) < config.stuck_spread * abs(median)
+    if flat and gave_back(min(losses), lowest, initial):
+        return (
+            f"stuck: every replica at {median:.4g} whatever its rate, above the run's best {lowest:.4g} "
+            f"by over half its progress from {initial:.4g}"
+        )
+    return None
 
 
 def _reason(

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from hdet_ray.core.controller import ControllerState
-from hdet_ray.core.health import HealthConfig, ReplicaStats, assess, start_loss
+from hdet_ray.core.health import HealthConfig, ReplicaStats, assess, gave_back, start_loss
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.engine.fanout import GradientScale
 from hdet_ray.engine.window import WindowLoss
@@ -42,6 +42,14 @@ class HealthMemory:
         if not math.isfinite(self.initial_loss):
             self.initial_loss = start_loss(stats)
         return assess(stats, config, self.previous_loss, self.best_loss, self.initial_loss)
+
+    def worth_keeping(self, losses: Sequence[float], config: HealthConfig | None) -> bool:
+        """Whether a fully healthy window's converged state may become the rollback target: not when its
+        median gave back over half of what the run had learned (`core.health.gave_back`; `stuck_spread`)."""
+        kept = sorted(x for x in losses if math.isfinite(x))
+        if config is None or config.stuck_spread <= 0 or not kept:
+            return True
+        return not gave_back(kept[len(kept) // 2], min(self.previous_loss, self.best_loss), self.initial_loss)
 
     def remember(self, losses: Sequence[float], healthy: Sequence[bool], rolled_back: bool) -> None:
         """After a window: the median of the healthy, finite losses becomes the reference."""

@@ -128,7 +128,9 @@ class WindowSync:
             )
             converge.weighted_average(flats, weights[self.rank], group=self.options.process_group)
             converge.unpack(flats, tensors)
-            if all(healthy):  # survivors of a window that lost replicas may be damaged: keep the older state
+            # survivors of a window that lost replicas may be damaged, and so is a window that gave back over
+            # half the run's progress: keep the older state
+            if all(healthy) and state.health.worth_keeping(window.losses, self.options.health):
                 self.snapshot.keep(flats, tensors, average_opt)
             if self.options.optimizer_state == "reset" or (decision.rollback and not average_opt):
                 self.optimizer.state.clear()

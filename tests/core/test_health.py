@@ -96,6 +96,29 @@ def test_a_network_back_at_its_first_window_loss_is_dead_without_chance_loss():
     assert assess(first, cfg)[0] == [True] * 4
 
 
+def test_a_dead_network_below_its_first_loss_is_stuck_not_healthy():
+    # benchmarks.unseen's tabular task from 10x too high, seed 3: the untrained network starts at 2.18, the
+    # run learned to 1.95, then every replica sat at ln 8 = 2.08 whatever its rate: below the first loss, so
+    # the fell-back-to-chance rule (chance inferred as 2.18) missed it
+    dead = [stats(x, first=2.09) for x in (2.083, 2.093, 2.089, 2.091)]
+    healthy, reasons = assess(dead, HealthConfig(), previous=2.1, best=1.95, initial=2.18)
+    assert healthy == [False] * 4 and all(
+        r.startswith("stuck: every replica at 2.09") for r in reasons.values()
+    )
+    assert (
+        assess(dead, HealthConfig(stuck_spread=0.0), previous=2.1, best=1.95, initial=2.18)[0] == [True] * 4
+    )
+    # replicas that differ by more than 2% are still answering to their rates
+    alive = [stats(x, first=2.09) for x in (2.02, 2.05, 2.08, 2.11)]
+    assert assess(alive, HealthConfig(), previous=2.1, best=1.95, initial=2.18)[0] == [True] * 4
+    # a slow start at a low rate is flat too, but it never learned: not dead
+    slow = [stats(x, first=2.29) for x in (2.300, 2.299, 2.294, 2.302)]
+    assert assess(slow, HealthConfig(), previous=2.29, best=2.286, initial=2.301)[0] == [True] * 4
+    # late in the anneal the replicas agree near the run's best: not dead
+    late = [stats(x, first=0.31) for x in (0.301, 0.302, 0.300, 0.303)]
+    assert assess(late, HealthConfig(), previous=0.30, best=0.29, initial=2.3)[0] == [True] * 4
+
+
 def test_blowup_progress_is_validated():
     import pytest
 

@@ -29,7 +29,11 @@ from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, c
                 "opening_step_down",
             ],
         ),
-        (Health, HealthConfig, ["blowup_factor", "chance_tolerance", "chance_margin", "blowup_progress"]),
+        (
+            Health,
+            HealthConfig,
+            ["blowup_factor", "chance_tolerance", "chance_margin", "blowup_progress", "stuck_spread"],
+        ),
     ],
 )
 def test_spec_defaults_are_the_cores(model, core, names):

@@ -1,0 +1,24 @@
+"""`HealthMemory`: what a window leaves for the next one's health check and the rollback target."""
+
+import math
+
+from hdet_ray.core.health import HealthConfig
+from hdet_ray.engine.state import HealthMemory
+
+
+def memory(previous: float, best: float, initial: float) -> HealthMemory:
+    return HealthMemory(previous_loss=previous, best_loss=best, initial_loss=initial)
+
+
+def test_a_window_that_gave_back_half_the_progress_is_no_rollback_target():
+    # the tabular classifier from 10x too high: learned from 2.23 to 1.87, then a fully healthy window whose
+    # replicas sat at 2.07 to 2.13 on the way to ln 8: rolling back to it would restore a dying network
+    dying = [2.073, 2.09, 2.118, 2.132]
+    assert not memory(1.87, 1.87, 2.23).worth_keeping(dying, HealthConfig())
+    assert memory(1.87, 1.87, 2.23).worth_keeping(dying, HealthConfig(stuck_spread=0.0))
+    assert memory(1.87, 1.87, 2.23).worth_keeping(dying, None)  # no health checks: as before
+    # a noisy window a little above the best is kept
+    assert memory(1.87, 1.80, 2.23).worth_keeping([1.9, 1.95, 1.84, 2.0], HealthConfig())
+    # the first window (nothing learned yet) and a run that never got 5% below its start are kept
+    assert memory(math.nan, math.inf, 2.23).worth_keeping([2.3, 2.4, 2.2, 2.25], HealthConfig())
+    assert memory(2.2, 2.2, 2.23).worth_keeping([2.3, 2.4, 2.2, 2.25], HealthConfig())
