@@ -151,12 +151,13 @@ def assess(
 
 
 def gave_back(loss: float, lowest: float, initial: float) -> bool:
-    """True when the run had learned (`lowest` below `initial` by more than 5%) and `loss` has given back
-    over half of that progress. Such a state is no rollback target either: the snapshot is not refreshed
-    from it."""
+    """True when the run had learned (`lowest` below `initial` by over 5% of its size) and `loss` has given
+    back over half of that progress. Such a state is no rollback target either: the snapshot is not
+    refreshed from it."""
     if not (math.isfinite(loss) and math.isfinite(lowest) and math.isfinite(initial)):
         return False
-    return lowest < initial * (1 - _LEARNED) and loss - lowest > 0.5 * (initial - lowest)
+    progress = initial - lowest  # judged on the difference, so a loss below zero (a log-density) reads right
+    return progress > _LEARNED * abs(initial) and loss - lowest > 0.5 * progress
 
 
 _LEARNED = 0.05

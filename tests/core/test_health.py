@@ -114,6 +114,9 @@ def test_a_dead_network_below_its_first_loss_is_stuck_not_healthy():
     # a slow start at a low rate is flat too, but it never learned: not dead
     slow = [stats(x, first=2.29) for x in (2.300, 2.299, 2.294, 2.302)]
     assert assess(slow, HealthConfig(), previous=2.29, best=2.286, initial=2.301)[0] == [True] * 4
+    # a loss below zero (a log-density) that has not moved from its start is not "learned and given back"
+    level = [stats(x, first=-0.5) for x in (-0.500, -0.501, -0.499, -0.502)]
+    assert assess(level, HealthConfig(), previous=-0.5, best=-0.51, initial=-0.5)[0] == [True] * 4
     # late in the anneal the replicas agree near the run's best: not dead
     late = [stats(x, first=0.31) for x in (0.301, 0.302, 0.300, 0.303)]
     assert assess(late, HealthConfig(), previous=0.30, best=0.29, initial=2.3)[0] == [True] * 4
