@@ -326,6 +326,52 @@ def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout, lo
         assert window == 2 and "window 2" in msg
 
 
+def dies_over_two_windows(rank, world):
+    # the losses are scripted (health reads what `step(loss=...)` reports); the parameters train for real
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    sched = HDETOneCycleLR(
+        opt,
+        max_lr=0.05,
+        total_steps=40,
+        sync_every=5,
+        model=model,
+        seed=3,
+        explore=[learning_rate("log", 2.0)],
+    )
+    g = torch.Generator().manual_seed(rank)
+    windows = [
+        [2.2, 2.0, 1.9, 1.8, 1.7],  # learns from 2.2
+        [1.6, 1.5, 1.5, 1.4, 1.4],  # the run's best
+        [1.95 + 0.02 * rank, 2.0, 2.05, 2.05, 2.05],  # every replica passes, but it gave back over half
+        [2.08 + 0.002 * rank] * 5,  # every replica at one loss whatever its rate: dead
+    ]
+    out = {}
+    for w, losses in enumerate(windows):
+        for step_loss in losses:
+            x = torch.randn(16, 3, generator=g)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step(loss=torch.tensor(step_loss + (0.02 * rank if w == 2 else 0.0)))
+        out[f"after{w}"] = _flat(model)
+    out["records"] = [r.to_dict() for r in sched.records]
+    return out
+
+
+def test_a_dead_window_rolls_back_past_the_healthy_windows_it_died_over():
+    outs = run_ranks(dies_over_two_windows, 4)
+    recs = outs[0]["records"]
+    assert [r["rollback"] for r in recs] == [False, False, False, True]
+    assert all(recs[2]["healthy"]) and recs[3]["healthy"] == [False] * 4
+    assert all(reason.startswith("stuck: every replica at 2.08") for reason in recs[3]["reasons"].values())
+    for o in outs:
+        # window 2 passed but had given back over half the progress: the rollback target is window 1's sync
+        assert torch.equal(o["after3"], outs[0]["after1"])
+        assert not torch.equal(o["after2"], o["after1"])
+
+
 # -- a too-high rate: fixed OneCycle dies, HDET rolls back, cuts, and learns ---------------------------------
 DEAD_SPEC = {
     "task": "digits",
