@@ -52,10 +52,12 @@ class HealthConfig:
     reference); 0 turns the absolute condition off."""
     stuck_spread: float = 0.02
     """A window is dead when its replicas' losses agree within this fraction of their median while each has
-    given back over half the run's progress (see the module docstring); 0 turns the rule off. Measured on
-    every stored HDET run of the benchmarks (345): it holds in one window of one run, the tabular classifier
-    from 10x too high on seed 3, which sat at ln 8 for 16 windows (a 2% or a 5% spread finds the same). With
-    0 the rollback snapshot is also refreshed from a sync that gave back over half the run's progress."""
+    given back over half the run's progress (see the module docstring); 0 turns the rule off. Replayed on
+    every stored HDET and no-auto-LR run of the benchmarks (345), it holds in one window of one run, the
+    tabular classifier from 10x too high on seed 3, which sat at ln 8 for 16 windows (a 5% spread finds no
+    other); run on ten more seeds of that cell, it trains the three that stayed dead (1.251x -> 1.117x of
+    the oracle, docs/benchmarks.md). With 0 the rollback snapshot is also refreshed from a sync that gave
+    back over half the run's progress."""
     regressed_start: bool = True
     """When the window's starting loss (the converged model's) itself blew up against where the run had got
     to, the lower of the previous window's median and the run's best median (by `blowup_factor` and
