@@ -33,6 +33,7 @@ A replica is unhealthy when
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -173,7 +174,7 @@ def _stuck(stats: Sequence[ReplicaStats], lowest: float, initial: float, config:
     losses = [s.mean_loss for s in stats if s.count and math.isfinite(s.mean_loss)]
     if config.stuck_spread <= 0 or len(losses) < 2 or len(losses) < len(stats):
         return None
-    median = sorted(losses)[len(losses) // 2]
+    median = statistics.median_high(losses)
     flat = max(losses) - min(losses) < config.stuck_spread * abs(median)
     if flat and gave_back(min(losses), lowest, initial):
         return (

@@ -9,6 +9,7 @@ on the scheduler. The rollback snapshot is not here: the model's checkpoint alre
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,10 +47,10 @@ class HealthMemory:
     def worth_keeping(self, losses: Sequence[float], config: HealthConfig | None) -> bool:
         """Whether a fully healthy window's converged state may become the rollback target: not when its
         median gave back over half of what the run had learned (`core.health.gave_back`; `stuck_spread`)."""
-        kept = sorted(x for x in losses if math.isfinite(x))
-        if config is None or config.stuck_spread <= 0 or not kept:
+        finite = [x for x in losses if math.isfinite(x)]
+        if config is None or config.stuck_spread <= 0 or not finite:
             return True
-        return not gave_back(kept[len(kept) // 2], min(self.previous_loss, self.best_loss), self.initial_loss)
+        return not gave_back(statistics.median_high(finite), self.best_loss, self.initial_loss)
 
     def remember(self, losses: Sequence[float], healthy: Sequence[bool], rolled_back: bool) -> None:
         """After a window: the median of the healthy, finite losses becomes the reference."""

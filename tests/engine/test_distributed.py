@@ -243,7 +243,8 @@ def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
 
 
 # -- non-finite replicas, rollback, divergence ---------------------------------------------------------------
-def nan_and_rollback(rank, world, fanout, lone=False):
+def _short_run(**options):
+    """A model, SGD and a 40-step HDET schedule that syncs every 5 steps (log spread 2)."""
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sched = HDETOneCycleLR(
@@ -253,10 +254,14 @@ def nan_and_rollback(rank, world, fanout, lone=False):
         sync_every=5,
         model=model,
         seed=3,
-        fanout=fanout,
         explore=[learning_rate("log", 2.0)],
-        controller_settings={"max_rollbacks": 1},
+        **options,
     )
+    return model, opt, sched
+
+
+def nan_and_rollback(rank, world, fanout, lone=False):
+    model, opt, sched = _short_run(fanout=fanout, controller_settings={"max_rollbacks": 1})
     g = torch.Generator().manual_seed(rank)
     out = {"pre": None, "post": None, "rollback": [], "diverged": None}
     start = _flat(model)  # rank 0's state, broadcast at construction
@@ -328,33 +333,23 @@ def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout, lo
 
 def dies_over_two_windows(rank, world):
     # the losses are scripted (health reads what `step(loss=...)` reports); the parameters train for real
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    sched = HDETOneCycleLR(
-        opt,
-        max_lr=0.05,
-        total_steps=40,
-        sync_every=5,
-        model=model,
-        seed=3,
-        explore=[learning_rate("log", 2.0)],
-    )
+    model, opt, sched = _short_run()
     g = torch.Generator().manual_seed(rank)
-    windows = [
-        [2.2, 2.0, 1.9, 1.8, 1.7],  # learns from 2.2
-        [1.6, 1.5, 1.5, 1.4, 1.4],  # the run's best
-        [1.95 + 0.02 * rank, 2.0, 2.05, 2.05, 2.05],  # every replica passes, but it gave back over half
-        [2.08 + 0.002 * rank] * 5,  # every replica at one loss whatever its rate: dead
+    windows = [  # (each step's loss, added per rank)
+        ([2.2, 2.0, 1.9, 1.8, 1.7], 0.0),  # learns from 2.2
+        ([1.6, 1.5, 1.5, 1.4, 1.4], 0.0),  # the run's best
+        ([1.95, 2.0, 2.05, 2.05, 2.05], 0.02),  # every replica passes, but it gave back over half
+        ([2.08] * 5, 0.002),  # every replica at one loss whatever its rate: dead
     ]
     out = {}
-    for w, losses in enumerate(windows):
+    for w, (losses, per_rank) in enumerate(windows):
         for step_loss in losses:
             x = torch.randn(16, 3, generator=g)
             loss = model(x).pow(2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
-            sched.step(loss=torch.tensor(step_loss + (0.02 * rank if w == 2 else 0.0)))
+            sched.step(loss=torch.tensor(step_loss + per_rank * rank))
         out[f"after{w}"] = _flat(model)
     out["records"] = [r.to_dict() for r in sched.records]
     return out
