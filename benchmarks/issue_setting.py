@@ -3,6 +3,7 @@
     python -m benchmarks.issue_setting            # 6 workloads, seeds 0 1, 500 steps (~45 min, 2 cores)
     python -m benchmarks.issue_setting --seeds 2  # one more seed (resumes; the table covers the seeds run)
     python -m benchmarks.issue_setting --quick    # the MLP at 20 steps, 1 seed: checks that it runs
+    python -m benchmarks.issue_setting --replicas 8 --only mlp cnn lm --seeds 0 1 2   # N = 8 processes
 
 The quality and held-out benchmarks sync every 10 steps, and every default was chosen on the first three
 of their workloads at that period. The issue that asked for them measured the harm at 500 steps with
@@ -15,6 +16,11 @@ k* and k* + 1 gives the reference (the best of the three, mean over seeds); fixe
 the shipped defaults (the README's three-line change) start at k* - 2 (10x too low), k* and k* + 2 (10x too
 high). Results append to `benchmarks/results/<mode>/issue_setting_runs.jsonl` (an interrupted run
 resumes); the table goes to `issue_setting.md`.
+
+`--replicas N` runs the same plan on N gloo processes instead of 4 (every rank keeps its batch size, so the
+global batch is N times it, as in weak-scaling data parallelism): fixed OneCycle's reference is re-run at
+that N, the start rates stay those of the 4-process oracle, and the runs go to
+`issue_setting_n<N>_runs.jsonl` and `issue_setting_n<N>.md`. No default was chosen at any N but 4.
 """
 
 from __future__ import annotations
@@ -48,14 +54,16 @@ def job(mode: str, workload: str, seed: int, arm: str, k: int) -> dict[str, Any]
     return holdout.grid_job(workload, seed, arm, k, plan["steps"], plan["sync_every"], rate(workload, k))
 
 
-def run_workload(mode: str, workload: str, seeds: tuple[int, ...], results_file) -> None:
-    """Run what is missing for one workload on `seeds`."""
+def run_workload(
+    mode: str, workload: str, seeds: tuple[int, ...], results_file, replicas: int = quality.REPLICAS
+) -> None:
+    """Run what is missing for one workload on `seeds`, on `replicas` gloo processes."""
     best = ORACLE[workload]
-    print(f"[issue_setting] {workload}: seeds {list(seeds)}", flush=True)
+    print(f"[issue_setting] {workload}: seeds {list(seeds)}, N = {replicas}", flush=True)
     ks = sorted({best + d for d in (-1, 0, 1, *STARTS.values())})
     jobs = [job(mode, workload, s, "fixed", k) for s in seeds for k in ks]
     jobs += [job(mode, workload, s, "hdet", best + d) for s in seeds for d in STARTS.values()]
-    run_jobs(workloads.run, jobs, quality.REPLICAS, results_file)
+    run_jobs(workloads.run, jobs, replicas, results_file)
 
 
 def table_rows(workload: str, seeds: tuple[int, ...], results: dict[str, Any]) -> list[list[str]]:
@@ -97,14 +105,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the MLP at 20 steps, 1 seed")
     parser.add_argument("--seeds", nargs="*", type=int, help="seeds to run (the table: every seed run)")
     parser.add_argument("--only", nargs="*", choices=sorted(ORACLE), help="run only these workloads")
+    parser.add_argument(
+        "--replicas", type=int, default=quality.REPLICAS, help="gloo processes (replicas), 2 or more; default 4"
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.replicas < 2:
+        parser.error(f"--replicas must be 2 or more (HDET needs replicas to spread), got {args.replicas}")
     mode = "quick" if args.quick else "full"
     plan = PLAN[mode]
-    results_file = common.results_dir(mode) / "issue_setting_runs.jsonl"
+    name = "issue_setting" if args.replicas == quality.REPLICAS else f"issue_setting_n{args.replicas}"
+    results_file = common.results_dir(mode) / f"{name}_runs.jsonl"
     for w in plan["workloads"]:
         if args.only is None or w in args.only:
-            run_workload(mode, w, tuple(args.seeds or plan["seeds"]), results_file)
+            run_workload(mode, w, tuple(args.seeds or plan["seeds"]), results_file, args.replicas)
     # the table: per workload, every seed whose runs are all stored
     stored = read_results(results_file)
     rows = []
@@ -117,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             f"Command: `{' '.join(['python -m benchmarks.issue_setting', *argv])}`. Machine: "
             f"{common.machine_line(common.machine())}. {plan['steps']} steps, "
-            f"`sync_every={plan['sync_every']}`, N = {quality.REPLICAS} gloo processes. Reference: the best "
+            f"`sync_every={plan['sync_every']}`, N = {args.replicas} gloo processes. Reference: the best "
             "of fixed OneCycle at the oracle index and one grid step either side (mean over seeds); cells: "
             "final validation metric / the reference, mean ± sd (a diverged run counts as infinitely bad, "
             "`benchmarks.holdout`'s rule).",
@@ -137,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ]
     )
-    (common.results_dir(mode) / "issue_setting.md").write_text(text + "\n")
+    (common.results_dir(mode) / f"{name}.md").write_text(text + "\n")
     print(text, flush=True)
     return 0
 
