@@ -106,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="*", type=int, help="seeds to run (the table: every seed run)")
     parser.add_argument("--only", nargs="*", choices=sorted(ORACLE), help="run only these workloads")
     parser.add_argument(
-        "--replicas", type=int, default=quality.REPLICAS, help="gloo processes (replicas), 2 or more; default 4"
+        "--replicas",
+        type=int,
+        default=quality.REPLICAS,
+        help="gloo processes (replicas), 2 or more; default 4",
     )
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
