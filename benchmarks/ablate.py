@@ -62,9 +62,9 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
 class Cell:
     """One benchmark cell: where its stored runs are, its oracle index and the job for a seed."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, replicas: int = quality.REPLICAS) -> None:
         parts = text.split("/")
-        self.text = text
+        self.text, self.replicas = text, replicas
         self.issue = len(parts) == 3 and parts[0] == "issue" and parts[1] in issue_setting.ORACLE
         self.unseen = len(parts) == 3 and parts[0] == "unseen" and parts[1] in unseen.CENTRE
         if self.unseen:
@@ -77,7 +77,8 @@ class Cell:
             _, self.workload, start = parts
             self.horizon = None
             self.prefix = f"{self.workload}/"
-            self.stored_file = common.results_dir("full") / "issue_setting_runs.jsonl"
+            name = "issue_setting" if replicas == quality.REPLICAS else f"issue_setting_n{replicas}"
+            self.stored_file = common.results_dir("full") / f"{name}_runs.jsonl"
             self.seeds_of_oracle = issue_setting.PLAN["full"]["seeds"]
         elif len(parts) == 3 and parts[0] in quality.CENTRE and parts[1] in quality.HORIZONS["full"]:
             self.workload, self.horizon, start = parts
@@ -99,6 +100,12 @@ class Cell:
             )
         if start not in STARTS:
             raise SystemExit(f"cell {text!r}: start must be one of {sorted(STARTS)}")
+        if replicas != quality.REPLICAS:
+            if not self.issue:
+                raise SystemExit(
+                    f"cell {text!r}: --replicas other than {quality.REPLICAS} takes issue/ cells only"
+                )
+            self.text = f"{text}@n{replicas}"
         self.stored = read_results(self.stored_file)
         try:
             if self.issue:
@@ -183,18 +190,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=common.RESULTS / "ablate" / "ablate_runs.jsonl")
     parser.add_argument("--trace", action="store_true", help="print each run's window-by-window decisions")
     parser.add_argument(
+        "--replicas", type=int, default=quality.REPLICAS, help="gloo processes for issue/ cells (default 4)"
+    )
+    parser.add_argument(
         "--fixed",
         action="store_true",
         help="also run fixed OneCycle at the cell's start on these seeds (for seeds the benchmark never ran)",
     )
     args = parser.parse_args(argv)
     variants = dict(parse_variant(v) for v in args.variants)
-    cells = [Cell(c) for c in args.cells]
+    if args.replicas < 2:
+        parser.error(f"--replicas must be 2 or more, got {args.replicas}")
+    cells = [Cell(c, args.replicas) for c in args.cells]
     jobs = [c.job(s, name, v) for c in cells for name, v in variants.items() for s in args.seeds]
     if args.fixed:
         jobs += [c.job(s, FIXED, {}, arm="fixed") for c in cells for s in args.seeds]
     print(f"[ablate] {len(jobs)} runs (those already in {args.out} are skipped)", flush=True)
-    run_jobs(workloads.run, jobs, quality.REPLICAS, args.out)
+    run_jobs(workloads.run, jobs, args.replicas, args.out)
     runs = read_results(args.out)
     rows = []
     for c in cells:
