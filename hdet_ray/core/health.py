@@ -26,8 +26,8 @@ A replica is unhealthy when
   loss, which can sit below the untrained network's (ln 8 = 2.08 against a first loss of 2.18 on
   `benchmarks.unseen`'s tabular task), so the fell-back-to-chance rule above, with chance inferred, misses
   it. Every replica fails together, and the run rolls back to its last fully healthy sync; a sync whose
-  median had given back over half the progress is not kept as that target (a network can die over two or
-  three windows that each look healthy).
+  median had given back over half the progress, or sits above the run's initial loss, is not kept as that
+  target (a network can die over two or three windows that each look healthy, before it has learned 5%).
 """
 
 from __future__ import annotations
@@ -58,7 +58,9 @@ class HealthConfig:
     tabular classifier from 10x too high on seed 3, which sat at ln 8 for 16 windows (a 5% spread finds no
     other); run on ten more seeds of that cell, it trains the three that stayed dead (1.251x -> 1.117x of
     the oracle, docs/benchmarks.md). With 0 the rollback snapshot is also refreshed from a sync that gave
-    back over half the run's progress."""
+    back over half the run's progress, or whose median is above the run's initial loss (on 2 processes the
+    digits MLP from 10x too high died over a window that passed before it had learned 5%, and a rollback
+    to it left the run at ln 10; the start is kept first and is the better target)."""
     regressed_start: bool = True
     """When the window's starting loss (the converged model's) itself blew up against where the run had got
     to, the lower of the previous window's median and the run's best median (by `blowup_factor` and

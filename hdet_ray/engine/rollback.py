@@ -1,8 +1,8 @@
 """The rollback target: the last state of a fully healthy sync, kept in memory or not at all.
 
 `rollback='memory'` keeps the converged flat buckets of the last fully healthy sync (with
-`HealthConfig.stuck_spread` on, not one whose median gave back over half the run's progress: see
-`HealthMemory.worth_keeping`) (parameters and
+`HealthConfig.stuck_spread` on, not one whose median gave back over half the run's progress or sits above
+the run's initial loss: see `HealthMemory.worth_keeping`) (parameters and
 floating-point buffers, plus the optimizer's tensors under `optimizer_state='average'`): the same bytes the
 converge all-reduce produced, so keeping them costs no copy, only memory. It is not part of `state_dict()`:
 after a resume, the first optimizer step's starting state (what the user loaded) is the target until the

@@ -46,11 +46,16 @@ class HealthMemory:
 
     def worth_keeping(self, losses: Sequence[float], config: HealthConfig | None) -> bool:
         """Whether a fully healthy window's converged state may become the rollback target: not when its
-        median gave back over half of what the run had learned (`core.health.gave_back`; `stuck_spread`)."""
+        median gave back over half of what the run had learned (`core.health.gave_back`), nor when it is
+        above the run's initial loss (no better than the start, which is kept first; a network can die over
+        a window whose replicas all look healthy before it has learned anything). `stuck_spread=0`: always."""
         finite = [x for x in losses if math.isfinite(x)]
         if config is None or config.stuck_spread <= 0 or not finite:
             return True
-        return not gave_back(statistics.median_high(finite), self.best_loss, self.initial_loss)
+        median = statistics.median_high(finite)
+        if math.isfinite(self.initial_loss) and median > self.initial_loss:
+            return False
+        return not gave_back(median, self.best_loss, self.initial_loss)
 
     def remember(self, losses: Sequence[float], healthy: Sequence[bool], rolled_back: bool) -> None:
         """After a window: the median of the healthy, finite losses becomes the reference."""

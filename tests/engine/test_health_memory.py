@@ -19,6 +19,20 @@ def test_a_window_that_gave_back_half_the_progress_is_no_rollback_target():
     assert memory(1.87, 1.87, 2.23).worth_keeping(dying, None)  # no health checks: as before
     # a noisy window a little above the best is kept
     assert memory(1.87, 1.80, 2.23).worth_keeping([1.9, 1.95, 1.84, 2.0], HealthConfig())
-    # the first window (nothing learned yet) and a run that never got 5% below its start are kept
-    assert memory(math.nan, math.inf, 2.23).worth_keeping([2.3, 2.4, 2.2, 2.25], HealthConfig())
-    assert memory(2.2, 2.2, 2.23).worth_keeping([2.3, 2.4, 2.2, 2.25], HealthConfig())
+    # the first window (nothing learned yet) and a run that never got 5% below its start are kept while
+    # they are no worse than the start
+    assert memory(math.nan, math.inf, 2.23).worth_keeping([2.2, 2.25, 2.1, 2.22], HealthConfig())
+    assert memory(2.2, 2.2, 2.23).worth_keeping([2.2, 2.25, 2.1, 2.22], HealthConfig())
+
+
+def test_a_window_above_the_initial_loss_is_no_rollback_target():
+    # the digits MLP from 10x too high on 2 processes: replicas at 2.37 and 2.47 (the start: 2.31) after a
+    # window that blew one up, dying before the run had learned 5%; rolling back to it restored a dead
+    # network, and the run sat at ln 10 to its end. The start (kept first) is the better target
+    dying = [2.372, 2.47]
+    assert not memory(2.445, 2.445, 2.313).worth_keeping(dying, HealthConfig())
+    assert not memory(math.nan, math.inf, 2.313).worth_keeping([2.445, 2.025], HealthConfig())
+    assert memory(2.445, 2.445, 2.313).worth_keeping(dying, HealthConfig(stuck_spread=0.0))
+    # a loss below zero (a log-density) reads the same way
+    assert not memory(-1.0, -1.2, -1.1).worth_keeping([-1.05, -1.0], HealthConfig())
+    assert memory(-1.0, -1.2, -1.1).worth_keeping([-1.25, -1.2], HealthConfig())
