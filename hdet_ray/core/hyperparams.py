@@ -39,7 +39,9 @@ class HyperParam:
     """The log spreads' factor (>= 1) or the linear spread's alpha (in [0, 1)). 1.0 / 0.0: not spread.
     1.25 by default (replicas at 0.81x .. 1.24x for N = 4): the best rate often sits just below the edge of
     stability, and on the benchmark's MLP the spread costs 7% to 9% there (factor 1: nothing), while its top
-    replica, failing first, is what brings a 10x too-high rate down on the MLP and the CNN."""
+    replica, failing first, is what brings a 10x too-high rate down on the MLP and the CNN. With 2 or 3
+    replicas the engine narrows it to the spread variance 4 replicas have (`core.spread.replica_width`:
+    on 2 processes factor 1.25 acts as 1.18)."""
     scale: str = "log"
     """Axis the controller's offset lives on: 'log' (multiplicative) or 'linear' (additive)."""
     bounds: tuple[float, float] | None = None

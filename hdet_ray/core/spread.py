@@ -58,6 +58,32 @@ def log_mean1_spread(replicas: int, factor: float) -> list[float]:
     return [x / mean for x in levels]
 
 
+FULL_WIDTH_REPLICAS = 4
+"""From this many replicas up a spread's size is used as given; fewer are narrowed (`replica_width`)."""
+
+
+def _z_variance(replicas: int) -> float:
+    """The variance of z evenly spaced in [-1, 1] over `replicas` points (the spreads' positions)."""
+    return (replicas + 1) / (3 * (replicas - 1))
+
+
+def replica_width(replicas: int) -> float:
+    """The fraction of a spread's size (in log units for the log spreads, of alpha for the linear one) that
+    `replicas` use: 1 from `FULL_WIDTH_REPLICAS` up; with 2 or 3, whose replicas sit at or near the ends,
+    the fraction that gives their multipliers the variance 4 replicas have (0.745 for 2, 0.913 for 3).
+
+    Under `shared_grad` the averaged model differs from plain data parallel only through the gradients being
+    taken at the replicas' points around the centre; with arithmetic mean 1 the first-order terms cancel and
+    what is left grows with the spread's variance. At the same factor 2 replicas have 1.8x the variance of 4,
+    and at its best rate the benchmark's MLP on 2 processes paid for it (1.18x of fixed OneCycle over ten
+    seeds where 4 processes are level; narrowed, 1.04x, docs/benchmarks.md). More replicas keep the size:
+    their variance is already below 4's, and their top replica, the one that fails first at a rate too high,
+    stays where 4 replicas put it."""
+    if replicas >= FULL_WIDTH_REPLICAS or replicas < 2:
+        return 1.0
+    return math.sqrt(_z_variance(FULL_WIDTH_REPLICAS) / _z_variance(replicas))
+
+
 def spread(kind: str, replicas: int, size: float) -> list[float]:
     """Multipliers of `kind` ('linear': size is alpha; 'log', 'log_mean1': size is the factor), ascending."""
     if kind == "linear":

@@ -67,7 +67,8 @@ class Assignment:
             if opening_spread is not None and hp.target == "lr":
                 levels = spreads.log_spread(n, opening_spread)
             else:
-                levels = spreads.spread(hp.spread, n, hp.size_at(widths.get(hp.name, 1.0)))
+                width = widths.get(hp.name, 1.0) * spreads.replica_width(n)
+                levels = spreads.spread(hp.spread, n, hp.size_at(width))
             every[hp.name] = [levels[perms[hp.name][r]] for r in range(n)]
         return cls(window, every, {name: m[rank] for name, m in every.items()}, opening)
 

@@ -9,6 +9,7 @@ from hdet_ray.core.spread import (
     linear_spread,
     log_spread,
     permutation,
+    replica_width,
     spread,
 )
 
@@ -32,6 +33,22 @@ def test_log_spread_is_geometric_and_log_symmetric():
     assert math.isclose(sum(math.log(r) for r in rho), 0.0, abs_tol=1e-12)
     assert log_spread(1, 10.0) == [1.0]
     assert log_spread(3, 1.0) == [1.0, 1.0, 1.0]
+
+
+def test_two_or_three_replicas_are_narrowed_to_the_variance_of_four():
+    def log_variance(n):
+        logs = [math.log(r) for r in log_spread(n, 1.25 ** replica_width(n))]
+        return float(np.var(logs))
+
+    assert log_variance(2) == pytest.approx(log_variance(4))
+    assert log_variance(3) == pytest.approx(log_variance(4))
+    assert replica_width(2) == pytest.approx(0.7454, abs=1e-4)  # factor 1.25 acts as 1.181
+    # 4 and more keep the size: their variance is already at most 4's, and the top replica stays put
+    assert [replica_width(n) for n in (1, 4, 5, 8, 64)] == [1.0] * 5
+    assert log_variance(8) < log_variance(4)
+    # the linear spread's alpha scales the same way (its positions are the same z)
+    lin = linear_spread(2, 0.2 * replica_width(2))
+    assert float(np.var(lin)) == pytest.approx(float(np.var(linear_spread(4, 0.2))))
 
 
 @pytest.mark.parametrize(
