@@ -64,7 +64,7 @@ class Cell:
 
     def __init__(self, text: str, replicas: int = quality.REPLICAS) -> None:
         parts = text.split("/")
-        self.text, self.replicas = text, replicas
+        self.text = text
         self.issue = len(parts) == 3 and parts[0] == "issue" and parts[1] in issue_setting.ORACLE
         self.unseen = len(parts) == 3 and parts[0] == "unseen" and parts[1] in unseen.CENTRE
         if self.unseen:
@@ -77,8 +77,9 @@ class Cell:
             _, self.workload, start = parts
             self.horizon = None
             self.prefix = f"{self.workload}/"
-            name = "issue_setting" if replicas == quality.REPLICAS else f"issue_setting_n{replicas}"
-            self.stored_file = common.results_dir("full") / f"{name}_runs.jsonl"
+            self.stored_file = (
+                common.results_dir("full") / f"{issue_setting.results_name(replicas)}_runs.jsonl"
+            )
             self.seeds_of_oracle = issue_setting.PLAN["full"]["seeds"]
         elif len(parts) == 3 and parts[0] in quality.CENTRE and parts[1] in quality.HORIZONS["full"]:
             self.workload, self.horizon, start = parts

@@ -45,6 +45,11 @@ RUNS_PER_SEED = 8
 """Fixed OneCycle at k* - 2 .. k* + 2 and HDET at the three starts."""
 
 
+def results_name(replicas: int) -> str:
+    """The stem of the runs file and table for `replicas` processes (4: the benchmark's own)."""
+    return "issue_setting" if replicas == quality.REPLICAS else f"issue_setting_n{replicas}"
+
+
 def rate(workload: str, k: int) -> float:
     return quality.rate(workload, k) if workload in quality.CENTRE else holdout.rate(workload, k)
 
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--replicas must be 2 or more (HDET needs replicas to spread), got {args.replicas}")
     mode = "quick" if args.quick else "full"
     plan = PLAN[mode]
-    name = "issue_setting" if args.replicas == quality.REPLICAS else f"issue_setting_n{args.replicas}"
+    name = results_name(args.replicas)
     results_file = common.results_dir(mode) / f"{name}_runs.jsonl"
     for w in plan["workloads"]:
         if args.only is None or w in args.only:

@@ -76,9 +76,10 @@ def replica_width(replicas: int) -> float:
     taken at the replicas' points around the centre; with arithmetic mean 1 the first-order terms cancel and
     what is left grows with the spread's variance. At the same factor 2 replicas have 1.8x the variance of 4,
     and at its best rate the benchmark's MLP on 2 processes paid for it (1.18x of fixed OneCycle over ten
-    seeds where 4 processes are level; narrowed, 1.04x, docs/benchmarks.md). More replicas keep the size:
-    their variance is already below 4's, and their top replica, the one that fails first at a rate too high,
-    stays where 4 replicas put it."""
+    seeds where 4 processes are level; narrowed, 1.04x at factor 1.181 and 1.11x at this rule's 1.18099,
+    single seeds moving by up to 25% at the edge of stability; docs/benchmarks.md). More replicas keep the
+    size: their variance is already below 4's, and their top replica, the one that fails first at a rate
+    too high, stays where 4 replicas put it."""
     if replicas >= FULL_WIDTH_REPLICAS or replicas < 2:
         return 1.0
     return math.sqrt(_z_variance(FULL_WIDTH_REPLICAS) / _z_variance(replicas))
