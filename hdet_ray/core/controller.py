@@ -72,6 +72,8 @@ class Window:
     hypergradient: float = math.nan
     """The window hypergradient of the rate: -cos(g, step), > 0 where a higher rate would have gone further
     (the median over healthy replicas; NaN where not measured)."""
+    initial_loss: float = math.nan
+    """The run's starting loss: the first window's first-step loss, mean over replicas (NaN: not known)."""
 
     @property
     def replicas(self) -> int:
@@ -673,6 +675,13 @@ class EvidenceConfig(ControllerConfig):
     already say "lower" (the benchmark's byte LM on 5 of its 6 runs). A rate 10x too high does its damage by
     the schedule's peak, and a fresh pool at a time moves at most twice in a 20-window run's 6-window rise.
     Later pools are not read this way: at its best rate the LM says "lower" through most of its rise."""
+    fit_floor: float | None = 1e-3
+    """No move up of the rate once the window's median healthy loss is below this fraction of the run's
+    starting loss (`Window.initial_loss`): the network fits its training set there, a longer step always
+    lowers the training loss further, and the training-loss signal says nothing about the rate that
+    generalises (on 8 processes the benchmark's CNN at its best rate fitted its training set in the rise, and
+    the hypergradient took the rate to 90x: 1.305x of the oracle, 1.008x with the floor, 3 seeds). Moves
+    down are not held (a rate too high can fit the training set too). None: no floor."""
     shard_correction: bool = True
     """Score each replica's log-loss minus its rank's running mean offset from the median (the shard's own
     difficulty, estimated from earlier windows), so a shard that is simply easier stops adding noise."""
@@ -711,6 +720,8 @@ class EvidenceConfig(ControllerConfig):
             raise ValueError(f"late_anneal must be in (0, 1] or None, got {self.late_anneal}")
         if self.signal not in SIGNALS:
             raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
+        if self.fit_floor is not None and not 0.0 < self.fit_floor < 1.0:
+            raise ValueError(f"fit_floor must be in (0, 1) or None, got {self.fit_floor}")
         if self.settled_width is not None and not 0.0 <= self.settled_width <= 1.0:
             raise ValueError(f"settled_width must be in [0, 1] or None, got {self.settled_width}")
 
@@ -807,6 +818,13 @@ class EvidenceController(Controller):
             for x, ok in zip(window.losses, window.healthy, strict=True)
             if ok and 0 < x < math.inf
         ]
+        # the network fits its training set: the training loss cannot tell a rate that generalises
+        fitted = (
+            cfg.fit_floor is not None
+            and bool(healthy)
+            and 0.0 < window.initial_loss < math.inf
+            and statistics.median(healthy) < math.log(cfg.fit_floor * window.initial_loss)
+        )
         recent = state.recent_loss
         if healthy:
             recent = (*recent, statistics.median(healthy))[-(cfg.evidence_windows + 1) :]
@@ -905,6 +923,12 @@ class EvidenceController(Controller):
                 and first_verdict.get(name, 0) > 0
             ):
                 notes.append(f"{name}: z {z:+.2f} points down, but the run began by saying higher; holding")
+                d = 0
+            if d > 0 and fitted and name == cfg.rollback_param:
+                notes.append(
+                    f"{name}: z {z:+.2f} points up, but the loss is below {cfg.fit_floor:g} x its start "
+                    "(the training set is fitted); holding"
+                )
                 d = 0
             # a rate whose first pool said "lower" throughout runs down in the rise, while its pool still
             # holds a window of that first pool, up to window `last_run_down` (`high_start_runs_down`)

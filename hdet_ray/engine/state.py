@@ -38,10 +38,10 @@ class HealthMemory:
         self, stats: Sequence[ReplicaStats], config: HealthConfig | None
     ) -> tuple[list[bool], dict[int, str]]:
         """(healthy flag per replica, reason per unhealthy one); with no config every replica is healthy."""
-        if config is None:
-            return [True] * len(stats), {}
         if not math.isfinite(self.initial_loss):
             self.initial_loss = start_loss(stats)
+        if config is None:
+            return [True] * len(stats), {}
         return assess(stats, config, self.previous_loss, self.best_loss, self.initial_loss)
 
     def worth_keeping(self, losses: Sequence[float], config: HealthConfig | None) -> bool:

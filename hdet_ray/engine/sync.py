@@ -194,6 +194,7 @@ class WindowSync:
             params=params,
             opening=assignment.opening,
             hypergradient=hyper,
+            initial_loss=state.health.initial_loss,
         )
 
     def decide(self, state: HDETState, window: Window, record: WindowRecord) -> Decision:

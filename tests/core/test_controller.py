@@ -596,6 +596,33 @@ def test_evidence_keeps_a_run_of_moves_up_going_through_the_rise_once_it_has_beg
     assert [i for i, d in enumerate(ds) if d.acted] == [5, 6] and "bias" in ds[7].note
 
 
+def test_evidence_takes_no_move_up_once_the_training_set_is_fitted():
+    from dataclasses import replace
+
+    def measured(i, loss, h=0.3):  # flat schedule; the run started at loss 2.0
+        return replace(window([loss] * 4, index=i, step=10 * (i + 1)), hypergradient=h, initial_loss=2.0)
+
+    # above the floor the pool of "higher" moves as before, from the 4th window
+    _, ds = run(make_controller("evidence", fit_floor=1e-3), [measured(i, 0.01) for i in range(6)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 4, 5]
+    # below 1e-3 x the start the training loss no longer tells the rate: a run of moves up ends there
+    levels = [0.01, 0.01, 0.01, 0.01, 0.01, 0.0015, 0.0015, 0.0015]
+    _, ds = run(make_controller("evidence", fit_floor=1e-3), [measured(i, x) for i, x in enumerate(levels)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 4]
+    assert all("training set is fitted" in d.note for d in ds[5:])
+    # moves down are not held by it (a rate too high can fit the training set too)
+    _, ds = run(make_controller("evidence", fit_floor=1e-3), [measured(i, 0.001, -0.3) for i in range(5)])
+    assert ds[4].acted and ds[4].offsets["lr"] < 0
+    # None, or an unknown start: no floor
+    _, ds = run(make_controller("evidence", fit_floor=None), [measured(i, 0.001) for i in range(4)])
+    assert ds[3].acted
+    unknown = [replace(measured(i, 0.001), initial_loss=math.nan) for i in range(4)]
+    _, ds = run(make_controller("evidence", fit_floor=1e-3), unknown)
+    assert ds[3].acted
+    with pytest.raises(ValueError, match="fit_floor"):
+        make_controller("evidence", fit_floor=1.0)
+
+
 def test_evidence_carries_a_pool_for_higher_from_the_rise_into_the_anneal():
     from dataclasses import replace
 
