@@ -436,6 +436,20 @@ def test_evidence_holds_a_move_down_while_the_loss_still_falls_fast():
     assert any(d.offsets["lr"] > 0 for d in ds)
 
 
+def test_evidence_down_stall_ratio_holds_a_move_down_on_a_slower_fall():
+    rising = [0.1 * 1.2**i for i in range(8)]
+    # 28% in 4 windows: stalled for stall_ratio 0.5, still falling for down_stall_ratio 0.75
+    _, ds = run(make_controller("evidence"), falling_windows(0.92, rising))
+    assert any(d.offsets["lr"] < 0 for d in ds)
+    _, ds = run(make_controller("evidence", down_stall_ratio=0.75), falling_windows(0.92, rising))
+    assert all(d.offsets["lr"] == 0.0 for d in ds) and "falls fast" in ds[-1].note
+    # 19% in 4 windows: stalled for both
+    _, ds = run(make_controller("evidence", down_stall_ratio=0.75), falling_windows(0.95, rising))
+    assert any(d.offsets["lr"] < 0 for d in ds)
+    with pytest.raises(ValueError, match="down_stall_ratio"):
+        make_controller("evidence", down_stall_ratio=0.0)
+
+
 def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
     # rising base, higher rate better every window (a too-low rate, or the rise's own bias). While the loss
     # halves every 2 windows it is the bias: hold. With the loss barely falling (5% a window) the rate is too
