@@ -36,3 +36,23 @@ def test_a_window_above_the_initial_loss_is_no_rollback_target():
     # a loss below zero (a log-density) reads the same way
     assert not memory(-1.0, -1.2, -1.1).worth_keeping([-1.05, -1.0], HealthConfig())
     assert memory(-1.0, -1.2, -1.1).worth_keeping([-1.25, -1.2], HealthConfig())
+
+
+def test_the_run_start_is_recorded_once_with_health_checks_on_or_off():
+    # the controller's `fit_floor` reads it (`Window.initial_loss`), so it is kept even with health off
+    from hdet_ray.core.health import ReplicaStats
+
+    def stats(first):
+        return [
+            ReplicaStats(
+                mean_loss=1.0, first_loss=f, tail_loss=1.0, min_loss=1.0, params_finite=True, count=5
+            )
+            for f in first
+        ]
+
+    for config in (None, HealthConfig()):
+        m = HealthMemory()
+        m.assess(stats([2.0, 2.2]), config)
+        assert m.initial_loss == 2.1
+        m.assess(stats([0.5, 0.5]), config)  # a later window's first losses do not replace it
+        assert m.initial_loss == 2.1
