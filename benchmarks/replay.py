@@ -1,0 +1,157 @@
+"""Replay the controller on stored runs' windows: which runs would other controller settings change?
+
+    python -m benchmarks.replay '{"fit_floor": null}'                   # every stored HDET run
+    python -m benchmarks.replay '{"down_stall_ratio": 0.75}' --results path/to/runs.jsonl
+
+An HDET run stores what the controller read at every sync (`WindowRecord.to_dict()`: the replicas' losses and
+health, the multipliers, the base, the hypergradient). Fed back through the controller with the shipped
+settings, those windows reproduce every recorded decision; with other settings, the first window whose
+decision differs is where the run would have gone elsewhere. So this lists the runs a change of a controller
+default must re-run (every other run repeats its stored result to the last digit) and the seeds a side-by-side
+`benchmarks.ablate` of it needs. A run whose recorded decisions the shipped settings do not reproduce (made by
+an older engine) is counted as stale and skipped. It replays the controller only: a change to the health
+checks, the spread or the engine is not seen here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+from hdet_ray.core.controller import DEFAULT_CONTROLLER, ParamWindow, Window, make_controller
+
+Decision = tuple[float, bool]  # the offset after the decision, and whether it rolled back
+
+
+@dataclass(frozen=True)
+class Change:
+    results: str
+    key: str
+    window: int
+    before: Decision
+    after: Decision
+    metric: float
+
+
+def windows(row: Mapping[str, Any], param: str = "lr") -> Iterator[Window]:
+    """The windows the controller read during the run, rebuilt from its records."""
+    records = row["records"]
+    peak = max(r["params"][param]["base"] for r in records)  # OneCycle's peak: the largest base of the run
+    initial = records[0]["start_loss"]
+    for r in records:
+        p = r["params"][param]
+        signal = p.get("signal")
+        yield Window(
+            window=r["window"],
+            step=r["step"],
+            total_steps=r["total_steps"],
+            losses=tuple(math.nan if x is None else x for x in r["losses"]),
+            healthy=tuple(r["healthy"]),
+            params={
+                param: ParamWindow(
+                    scale="log",
+                    base=p["base"],
+                    offset=p["offset"],
+                    coords=tuple(math.log(m) for m in p["multipliers"]),
+                    values=tuple(p["values"]),
+                    peak=peak,
+                )
+            },
+            opening=r["opening"],
+            hypergradient=math.nan if signal is None else signal,
+            initial_loss=initial,
+        )
+
+
+def recorded(row: Mapping[str, Any], param: str = "lr") -> list[Decision]:
+    return [(round(r["params"][param]["new_offset"], 9), bool(r["rollback"])) for r in row["records"]]
+
+
+def replayed(row: Mapping[str, Any], settings: Mapping[str, Any], param: str = "lr") -> list[Decision]:
+    controller = make_controller(DEFAULT_CONTROLLER, **settings)
+    state = controller.initial_state([param])
+    out = []
+    for window in windows(row, param):
+        state, decision = controller.decide(state, window)
+        out.append((round(decision.offsets[param], 9), decision.rollback))
+    return out
+
+
+def hdet_runs(path: Path, arm: str = "hdet", param: str = "lr") -> Iterator[dict[str, Any]]:
+    """The runs of one arm (a segment of the benchmarks' keys; `hdet`: the shipped default) with records."""
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            records = row.get("records")
+            if arm in row["key"].split("/") and records and set(records[0]["params"]) == {param}:
+                yield row
+
+
+def replay(
+    paths: Sequence[Path], settings: Mapping[str, Any], arm: str = "hdet"
+) -> tuple[list[Change], int, int]:
+    """(the runs the settings change, at their first differing window; runs replayed; stale runs skipped)."""
+    changes, total, stale = [], 0, 0
+    for path in paths:
+        for row in hdet_runs(path, arm):
+            total += 1
+            before = recorded(row)
+            if replayed(row, {}) != before:
+                stale += 1
+                continue
+            after = replayed(row, settings)
+            if after != before:
+                i = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
+                changes.append(
+                    Change(path.name, row["key"], i, before[i], after[i], row.get("metric", math.nan))
+                )
+    return changes, total, stale
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("settings", help="controller settings as JSON, e.g. '{\"fit_floor\": null}'")
+    parser.add_argument(
+        "--results",
+        nargs="+",
+        type=Path,
+        help="JSON lines files of runs (default: every stored benchmark's)",
+    )
+    parser.add_argument("--arm", default="hdet", help="the runs whose key has this segment (default: hdet)")
+    args = parser.parse_args(argv)
+    paths = args.results or sorted(common.results_dir("full").glob("*_runs.jsonl"))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        parser.error(f"--results: no such file(s): {', '.join(missing)}")
+    try:
+        settings = json.loads(args.settings)
+    except json.JSONDecodeError as e:
+        parser.error(f"settings: not JSON ({e})")
+    if not isinstance(settings, dict):
+        parser.error("settings: expected a JSON object of controller settings")
+    try:
+        make_controller(DEFAULT_CONTROLLER, **settings)
+    except (TypeError, ValueError) as e:
+        parser.error(f"settings: {e}")
+    changes, total, stale = replay(paths, settings, args.arm)
+    rows = [
+        (c.results, c.key, c.window, f"{c.before[0]:+.3f}", f"{c.after[0]:+.3f}", f"{c.metric:.4g}")
+        for c in changes
+    ]
+    print(common.table(["results", "run", "first window", "offset recorded", "replayed", "metric"], rows))
+    print(f"\n{len(changes)} of {total - stale} runs change ({stale} skipped: made by an older engine)")
+    given = list(sys.argv[1:] if argv is None else argv)
+    print(f"reproduce: python -m benchmarks.replay {shlex.join(given)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""`benchmarks.replay` on the stored runs: the shipped controller reproduces every recorded decision, and a
+setting the runs depend on is found where it acted."""
+
+import json
+
+import pytest
+
+from benchmarks import common, replay
+
+N8 = common.results_dir("full") / "issue_setting_n8_runs.jsonl"
+
+
+def test_the_shipped_settings_reproduce_the_stored_runs_and_a_changed_one_is_found():
+    changes, total, stale = replay.replay([N8], {})
+    assert total >= 27 and stale == 0 and changes == []
+    # without the fit floor the CNN at its best rate climbs again once its training set is fitted
+    changes, _, _ = replay.replay([N8], {"fit_floor": None})
+    found = {c.key: c for c in changes}
+    assert "cnn/0/hdet/3" in found
+    c = found["cnn/0/hdet/3"]
+    assert c.after[0] > c.before[0]  # a move up the floor held
+    assert all(not k.startswith("lm/") for k in found)  # the LM never reaches the floor
+
+
+def test_bad_settings_name_the_field(capsys):
+    with pytest.raises(SystemExit):
+        replay.main(['{"fit_floor": 2}', "--results", str(N8)])
+    assert "fit_floor must be in (0, 1)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        replay.main(["[1]", "--results", str(N8)])
+    assert "JSON object" in capsys.readouterr().err
+
+
+def test_a_row_is_rebuilt_into_the_windows_the_controller_read():
+    row = next(replay.hdet_runs(N8))
+    windows = list(replay.windows(row))
+    assert len(windows) == len(row["records"])
+    first = row["records"][0]
+    assert windows[0].initial_loss == first["start_loss"]
+    assert windows[0].losses == tuple(first["losses"])
+    assert json.dumps(replay.recorded(row))  # plain data
