@@ -27,6 +27,7 @@ from typing import Any
 
 from benchmarks import common
 from hdet_ray.core.controller import DEFAULT_CONTROLLER, ParamWindow, Window, make_controller
+from hdet_ray.core.records import WindowRecord
 
 Decision = tuple[float, bool]  # the offset after the decision, and whether it rolled back
 
@@ -43,31 +44,29 @@ class Change:
 
 def windows(row: Mapping[str, Any], param: str = "lr") -> Iterator[Window]:
     """The windows the controller read during the run, rebuilt from its records."""
-    records = row["records"]
-    peak = max(r["params"][param]["base"] for r in records)  # OneCycle's peak: the largest base of the run
-    initial = records[0]["start_loss"]
+    records = [WindowRecord.from_dict(r) for r in row["records"]]
+    peak = max(r.params[param].base for r in records)  # OneCycle's peak: the largest base of the run
     for r in records:
-        p = r["params"][param]
-        signal = p.get("signal")
+        p = r.params[param]
         yield Window(
-            window=r["window"],
-            step=r["step"],
-            total_steps=r["total_steps"],
-            losses=tuple(math.nan if x is None else x for x in r["losses"]),
-            healthy=tuple(r["healthy"]),
+            window=r.window,
+            step=r.step,
+            total_steps=r.total_steps,
+            losses=tuple(r.losses),
+            healthy=tuple(r.healthy),
             params={
                 param: ParamWindow(
                     scale="log",
-                    base=p["base"],
-                    offset=p["offset"],
-                    coords=tuple(math.log(m) for m in p["multipliers"]),
-                    values=tuple(p["values"]),
+                    base=p.base,
+                    offset=p.offset,
+                    coords=tuple(math.log(m) for m in p.multipliers),
+                    values=tuple(p.values),
                     peak=peak,
                 )
             },
-            opening=r["opening"],
-            hypergradient=math.nan if signal is None else signal,
-            initial_loss=initial,
+            opening=r.opening,
+            hypergradient=math.nan if p.signal is None else p.signal,
+            initial_loss=records[0].start_loss,
         )
 
 

@@ -826,16 +826,16 @@ class EvidenceController(Controller):
             for x, ok in zip(window.losses, window.healthy, strict=True)
             if ok and 0 < x < math.inf
         ]
+        level = statistics.median(healthy) if healthy else math.nan  # the window's median log-loss
         # the network fits its training set: the training loss cannot tell a rate that generalises
         fitted = (
             cfg.fit_floor is not None
-            and bool(healthy)
             and 0.0 < window.initial_loss < math.inf
-            and statistics.median(healthy) < math.log(cfg.fit_floor * window.initial_loss)
+            and level < math.log(cfg.fit_floor * window.initial_loss)
         )
         recent = state.recent_loss
         if healthy:
-            recent = (*recent, statistics.median(healthy))[-(cfg.evidence_windows + 1) :]
+            recent = (*recent, level)[-(cfg.evidence_windows + 1) :]
         # not (yet) known to have stalled: too few windows, or the median loss now is below stall_ratio x its
         # value evidence_windows windows ago
         falling = ""
