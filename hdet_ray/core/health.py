@@ -21,7 +21,8 @@ A replica is unhealthy when
 - every replica is stuck (`stuck_spread`): a window judged healthy by the rules above whose replicas' window
   losses agree within `stuck_spread` of their median, whatever their rates, while each has given back more
   than half of what the run had learned (`gave_back`: from the initial loss to the lowest of the window's
-  start, the previous median and the best median, where that is more than 5% below the initial loss). A
+  start, the previous median, the best median and, with `replica_learned`, the lowest window loss of any
+  healthy replica in a kept window, where that is more than 5% below the initial loss). A
   dead network predicts the same thing whatever rate it is stepped at; it rests at the constant predictor's
   loss, which can sit below the untrained network's (ln 8 = 2.08 against a first loss of 2.18 on
   `benchmarks.unseen`'s tabular task), so the fell-back-to-chance rule above, with chance inferred, misses
@@ -71,6 +72,17 @@ class HealthConfig:
     each window kept a healthy replica; with the rule every replica of such a window fails and the run rolls
     back to the last fully healthy sync (the cell, 10 seeds, 2.98x -> 1.35x of the oracle). False: the
     reference is the larger of the start and the previous median, whatever the start."""
+    replica_learned: bool = True
+    """'Had learned' for `stuck_spread` also reads the lowest window loss any healthy replica has had in a
+    kept window, not only the converged model's start and the windows' medians. On 2 replicas a window's
+    median is its worse replica: the digits MLP from 10x too high on seed 3 (`benchmarks.issue_setting
+    --replicas 2`) had one replica at 1.93 (its first loss 2.31) while the other sat at 2.64, then both
+    replicas at ln 10 whatever their rates for the rest of the run, and with the medians alone the run never
+    counted as having learned, so no check saw it die. Only the stuck rule reads it: one replica's progress
+    says the network could learn, and replicas that agree whatever their rates say it no longer answers to
+    the rate; the fell-back-to-chance rule, which judges each replica alone, would exclude a slow replica
+    that has not yet left its first level beside a faster one. Replayed on the recorded windows of every
+    stored HDET run (432), it changes that run alone. False: the medians and the start only."""
 
     def __post_init__(self) -> None:
         if not self.blowup_factor > 1.0:
@@ -113,11 +125,13 @@ def assess(
     previous: float = math.nan,
     best: float = math.nan,
     initial: float = math.nan,
+    best_replica: float = math.nan,
 ) -> tuple[list[bool], dict[int, str]]:
     """(healthy flag per replica, reason per unhealthy replica).
 
     `previous`: the last converged window's median loss; `best`: the lowest such median of the run;
-    `initial`: the run's first window's starting loss (NaN: this is the first window, use its own start).
+    `initial`: the run's first window's starting loss (NaN: this is the first window, use its own start);
+    `best_replica`: the lowest window loss of any healthy replica in the run's earlier windows.
     """
     first = start_loss(stats)
     reference = first
@@ -149,7 +163,8 @@ def assess(
         if reason is not None:
             reasons[r] = reason
     if all(healthy):
-        stuck = _stuck(stats, lowest, initial, config)
+        learned = min(lowest, best_replica) if config.replica_learned and best_replica < lowest else lowest
+        stuck = _stuck(stats, learned, initial, config)
         if stuck is not None:
             return [False] * len(stats), dict.fromkeys(range(len(stats)), stuck)
     return healthy, reasons

@@ -33,6 +33,8 @@ class HealthMemory:
     """The lowest such median of the run."""
     initial_loss: float = math.nan
     """The first window's starting loss: where the untrained model sits (health's default chance level)."""
+    best_replica: float = math.inf
+    """The lowest window loss of any healthy replica in a kept window (health's `replica_learned`)."""
 
     def assess(
         self, stats: Sequence[ReplicaStats], config: HealthConfig | None
@@ -42,7 +44,7 @@ class HealthMemory:
             self.initial_loss = start_loss(stats)
         if config is None:
             return [True] * len(stats), {}
-        return assess(stats, config, self.previous_loss, self.best_loss, self.initial_loss)
+        return assess(stats, config, self.previous_loss, self.best_loss, self.initial_loss, self.best_replica)
 
     def worth_keeping(self, losses: Sequence[float], config: HealthConfig | None) -> bool:
         """Whether a fully healthy window's converged state may become the rollback target: not when its
@@ -63,18 +65,21 @@ class HealthMemory:
         if kept and not rolled_back:
             self.previous_loss = kept[len(kept) // 2]
             self.best_loss = min(self.best_loss, self.previous_loss)
+            self.best_replica = min(self.best_replica, kept[0])
 
     def state_dict(self) -> dict[str, float]:
         return {
             "previous_loss": self.previous_loss,
             "best_loss": self.best_loss,
             "initial_loss": self.initial_loss,
+            "best_replica": self.best_replica,
         }
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.previous_loss = float(state["previous_loss"])
         self.best_loss = float(state["best_loss"])
         self.initial_loss = float(state.get("initial_loss", math.nan))
+        self.best_replica = float(state.get("best_replica", math.inf))
 
 
 @dataclass

@@ -96,6 +96,23 @@ def test_a_network_back_at_its_first_window_loss_is_dead_without_chance_loss():
     assert assess(first, cfg)[0] == [True] * 4
 
 
+def test_one_replica_that_learned_is_enough_to_call_a_stuck_window_dead():
+    # the digits MLP from 10x too high on 2 processes, seed 3: one replica reached 1.93 (the start: 2.31)
+    # while the other sat at 2.64, so every median of the run stayed above 2.08; then both replicas sat at
+    # ln 10 whatever their rates. With the medians alone the run had never learned and nothing saw it die
+    cfg = HealthConfig()
+    dead = [stats(2.399, first=2.457), stats(2.354, first=2.457)]
+    memory = dict(previous=2.472, best=2.388, initial=2.313)
+    healthy, reasons = assess(dead, cfg, **memory, best_replica=1.932)
+    assert healthy == [False, False] and all(r.startswith("stuck") for r in reasons.values())
+    assert assess(dead, HealthConfig(replica_learned=False), **memory, best_replica=1.932)[0] == [True] * 2
+    assert assess(dead, cfg, **memory)[0] == [True] * 2  # no replica has learned: as before
+    # a replica that has not yet left its first level beside one that learned is slow, not dead: the
+    # replicas still answer to their rates
+    slow = [stats(2.05, first=2.2), stats(2.26, first=2.2)]
+    assert assess(slow, cfg, previous=2.26, best=2.26, initial=2.31, best_replica=2.0)[0] == [True] * 2
+
+
 def test_a_dead_network_below_its_first_loss_is_stuck_not_healthy():
     # benchmarks.unseen's tabular task from 10x too high, seed 3: the untrained network starts at 2.18, the
     # run learned to 1.95, then every replica sat at ln 8 = 2.08 whatever its rate: below the first loss, so

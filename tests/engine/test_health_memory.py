@@ -56,3 +56,20 @@ def test_the_run_start_is_recorded_once_with_health_checks_on_or_off():
         assert m.initial_loss == 2.1
         m.assess(stats([0.5, 0.5]), config)  # a later window's first losses do not replace it
         assert m.initial_loss == 2.1
+
+
+def test_the_lowest_healthy_replica_of_a_kept_window_is_remembered():
+    # health's `replica_learned` reads it: on 2 replicas the median is the worse one
+    m = HealthMemory()
+    m.remember([2.64, 1.93], [True, True], rolled_back=False)
+    assert m.previous_loss == 2.64 and m.best_replica == 1.93
+    m.remember([0.5, 3.0], [False, True], rolled_back=False)  # an excluded replica does not count
+    assert m.best_replica == 1.93
+    m.remember([1.0, 1.1], [True, True], rolled_back=True)  # nor does a window that was rolled back
+    assert m.best_replica == 1.93
+    restored = HealthMemory()
+    restored.load_state_dict(m.state_dict())
+    assert restored.best_replica == 1.93
+    old = {"previous_loss": 1.0, "best_loss": 1.0, "initial_loss": 2.0}  # a checkpoint from before it
+    restored.load_state_dict(old)
+    assert restored.best_replica == math.inf
