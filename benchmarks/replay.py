@@ -2,6 +2,7 @@
 
     python -m benchmarks.replay '{"fit_floor": null}'                   # every stored HDET run
     python -m benchmarks.replay '{"down_stall_ratio": 0.75}' --results path/to/runs.jsonl
+    python -m benchmarks.replay --stuck '{"replica_learned": false}'      # health's stuck rule instead
 
 An HDET run stores what the controller read at every sync (`WindowRecord.to_dict()`: the replicas' losses and
 health, the multipliers, the base, the hypergradient). Fed back through the controller with the shipped
@@ -9,8 +10,11 @@ settings, those windows reproduce every recorded decision; with other settings, 
 decision differs is where the run would have gone elsewhere. So this lists the runs a change of a controller
 default must re-run (every other run repeats its stored result to the last digit) and the seeds a side-by-side
 `benchmarks.ablate` of it needs. A run whose recorded decisions the shipped settings do not reproduce (made by
-an older engine) is counted as stale and skipped. It replays the controller only: a change to the health
-checks, the spread or the engine is not seen here.
+an older engine) is counted as stale and skipped. It replays the controller only: a change to the spread
+or the engine is not seen here, nor a change to the health checks, except with `--stuck`: then the settings
+are `HealthConfig` fields and what is replayed is the stuck rule (`core.health.stuck`), which reads the
+replicas' window means that the records keep (the other health rules read each replica's tail and lowest
+batch loss, which they do not), with the health memory rebuilt from the recorded verdicts.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from typing import Any
 
 from benchmarks import common
 from hdet_ray.core.controller import DEFAULT_CONTROLLER, ParamWindow, Window, make_controller
+from hdet_ray.core.health import HealthConfig, ReplicaStats, stuck
 from hdet_ray.core.records import WindowRecord
+from hdet_ray.engine.state import HealthMemory
 
 Decision = tuple[float, bool]  # the offset after the decision, and whether it rolled back
 
@@ -84,6 +90,37 @@ def replayed(row: Mapping[str, Any], settings: Mapping[str, Any], param: str = "
     return out
 
 
+def recorded_stuck(row: Mapping[str, Any]) -> list[bool]:
+    """Per window, whether the run recorded it as stuck (every replica failed for that reason)."""
+    return [
+        bool(r["reasons"]) and all(v.startswith("stuck") for v in r["reasons"].values())
+        for r in row["records"]
+    ]
+
+
+def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
+    """Per window, the stuck rule's verdict under `config`, on windows every other rule passed."""
+    records = [WindowRecord.from_dict(r) for r in row["records"]]
+    memory = HealthMemory(initial_loss=records[0].start_loss)
+    out = []
+    for r, was_stuck in zip(records, recorded_stuck(row), strict=True):
+        verdict = False
+        if all(r.healthy) or was_stuck:
+            stats = [
+                ReplicaStats(
+                    mean_loss=x, first_loss=r.start_loss, tail_loss=x, min_loss=x, params_finite=True, count=1
+                )
+                for x in r.losses
+            ]
+            m = memory
+            verdict = (
+                stuck(stats, config, m.previous_loss, m.best_loss, m.initial_loss, m.best_replica) is not None
+            )
+        out.append(verdict)
+        memory.remember(r.losses, r.healthy, r.rollback)
+    return out
+
+
 def hdet_runs(path: Path, arm: str = "hdet", param: str = "lr") -> Iterator[dict[str, Any]]:
     """The runs of one arm (a segment of the benchmarks' keys; `hdet`: the shipped default) with records."""
     for line in path.read_text().splitlines():
@@ -115,6 +152,36 @@ def replay(
     return changes, total, stale
 
 
+def replay_stuck(
+    paths: Sequence[Path], settings: Mapping[str, Any], arm: str = "hdet"
+) -> tuple[list[Change], int, int]:
+    """`replay` for the health checks' stuck rule: a Change's before/after are (stuck, rolled back)."""
+    shipped, config = HealthConfig(), HealthConfig(**settings)
+    changes, total, stale = [], 0, 0
+    for path in paths:
+        for row in hdet_runs(path, arm):
+            total += 1
+            before = recorded_stuck(row)
+            if replayed_stuck(row, shipped) != before:
+                stale += 1
+                continue
+            after = replayed_stuck(row, config)
+            if after != before:
+                i = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
+                rolled = bool(row["records"][i]["rollback"])
+                changes.append(
+                    Change(
+                        path.name,
+                        row["key"],
+                        i,
+                        (float(before[i]), rolled),
+                        (float(after[i]), after[i]),
+                        row.get("metric", math.nan),
+                    )
+                )
+    return changes, total, stale
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("settings", help="controller settings as JSON, e.g. '{\"fit_floor\": null}'")
@@ -125,6 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="JSON lines files of runs (default: every stored benchmark's)",
     )
     parser.add_argument("--arm", default="hdet", help="the runs whose key has this segment (default: hdet)")
+    parser.add_argument(
+        "--stuck",
+        action="store_true",
+        help="the settings are HealthConfig fields; replay the health checks' stuck rule",
+    )
     args = parser.parse_args(argv)
     paths = args.results or sorted(common.results_dir("full").glob("*_runs.jsonl"))
     missing = [str(p) for p in paths if not p.is_file()]
@@ -134,18 +206,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = json.loads(args.settings)
     except json.JSONDecodeError as e:
         parser.error(f"settings: not JSON ({e})")
+    kind = "HealthConfig fields" if args.stuck else "controller settings"
     if not isinstance(settings, dict):
-        parser.error("settings: expected a JSON object of controller settings")
+        parser.error(f"settings: expected a JSON object of {kind}")
     try:
-        make_controller(DEFAULT_CONTROLLER, **settings)
+        HealthConfig(**settings) if args.stuck else make_controller(DEFAULT_CONTROLLER, **settings)
     except (TypeError, ValueError) as e:
         parser.error(f"settings: {e}")
-    changes, total, stale = replay(paths, settings, args.arm)
-    rows = [
-        (c.results, c.key, c.window, f"{c.before[0]:+.3f}", f"{c.after[0]:+.3f}", f"{c.metric:.4g}")
-        for c in changes
-    ]
-    print(common.table(["results", "run", "first window", "offset recorded", "replayed", "metric"], rows))
+    if args.stuck:
+        changes, total, stale = replay_stuck(paths, settings, args.arm)
+        rows = [
+            (c.results, c.key, c.window, bool(c.before[0]), bool(c.after[0]), f"{c.metric:.4g}")
+            for c in changes
+        ]
+        header = ["results", "run", "first window", "stuck recorded", "replayed", "metric"]
+    else:
+        changes, total, stale = replay(paths, settings, args.arm)
+        rows = [
+            (c.results, c.key, c.window, f"{c.before[0]:+.3f}", f"{c.after[0]:+.3f}", f"{c.metric:.4g}")
+            for c in changes
+        ]
+        header = ["results", "run", "first window", "offset recorded", "replayed", "metric"]
+    print(common.table(header, rows))
     print(f"\n{len(changes)} of {total - stale} runs change ({stale} skipped: made by an older engine)")
     given = list(sys.argv[1:] if argv is None else argv)
     print(f"reproduce: python -m benchmarks.replay {shlex.join(given)}")

@@ -81,8 +81,9 @@ class HealthConfig:
     counted as having learned, so no check saw it die. Only the stuck rule reads it: one replica's progress
     says the network could learn, and replicas that agree whatever their rates say it no longer answers to
     the rate; the fell-back-to-chance rule, which judges each replica alone, would exclude a slow replica
-    that has not yet left its first level beside a faster one. Replayed on the recorded windows of every
-    stored HDET run (432), it changes that run alone. False: the medians and the start only."""
+    that has not yet left its first level beside a faster one. Replayed on the recorded windows of the 354
+    stored HDET runs (`python -m benchmarks.replay --stuck '{"replica_learned": false}'`), it changes that
+    run alone. False: the medians and the start only."""
 
     def __post_init__(self) -> None:
         if not self.blowup_factor > 1.0:
@@ -163,11 +164,29 @@ def assess(
         if reason is not None:
             reasons[r] = reason
     if all(healthy):
-        learned = min(lowest, best_replica) if config.replica_learned and best_replica < lowest else lowest
-        stuck = _stuck(stats, learned, initial, config)
-        if stuck is not None:
-            return [False] * len(stats), dict.fromkeys(range(len(stats)), stuck)
+        reason = stuck(stats, config, previous, best, initial, best_replica)
+        if reason is not None:
+            return [False] * len(stats), dict.fromkeys(range(len(stats)), reason)
     return healthy, reasons
+
+
+def stuck(
+    stats: Sequence[ReplicaStats],
+    config: HealthConfig,
+    previous: float = math.nan,
+    best: float = math.nan,
+    initial: float = math.nan,
+    best_replica: float = math.nan,
+) -> str | None:
+    """The reason every replica fails when the window is dead (`stuck_spread`), else None; `assess` asks it
+    once every replica has passed the other rules. It reads the replicas' window means only."""
+    first = start_loss(stats)
+    if not math.isfinite(initial):
+        initial = first
+    lowest = min((x for x in (first, previous, best) if math.isfinite(x)), default=math.inf)
+    if config.replica_learned and best_replica < lowest:
+        lowest = best_replica
+    return _stuck(stats, lowest, initial, config)
 
 
 def gave_back(loss: float, lowest: float, initial: float) -> bool:

@@ -39,3 +39,19 @@ def test_a_row_is_rebuilt_into_the_windows_the_controller_read():
     assert windows[0].initial_loss == first["start_loss"]
     assert windows[0].losses == tuple(first["losses"])
     assert json.dumps(replay.recorded(row))  # plain data
+
+
+def test_the_stuck_rule_is_replayed_on_the_recorded_window_means():
+    n2 = common.results_dir("full") / "issue_setting_n2_runs.jsonl"
+    changes, total, stale = replay.replay_stuck([n2], {})
+    assert total >= 30 and stale == 0 and changes == []
+    # on 2 replicas the median is the worse one: only the best replica's progress shows the run had learned
+    changes, _, _ = replay.replay_stuck([n2], {"replica_learned": False})
+    assert [(c.key, c.window) for c in changes] == [("mlp/3/hdet/6", 6)]
+    assert changes[0].before[0] and not changes[0].after[0]
+
+
+def test_bad_health_settings_name_the_field(capsys):
+    with pytest.raises(SystemExit):
+        replay.main(["--stuck", '{"stuck_spread": 2}', "--results", str(N8)])
+    assert "stuck_spread must be in [0, 1)" in capsys.readouterr().err
