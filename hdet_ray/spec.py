@@ -236,6 +236,8 @@ class Health(_Model):
     chance_margin: float = Field(core_default(HealthConfig, "chance_margin"), ge=0, lt=1)
     blowup_progress: float = Field(core_default(HealthConfig, "blowup_progress"), ge=0, le=1)
     stuck_spread: float = Field(core_default(HealthConfig, "stuck_spread"), ge=0, lt=1)
+    regressed_start: bool = core_default(HealthConfig, "regressed_start")
+    replica_learned: bool = core_default(HealthConfig, "replica_learned")
 
     @field_validator("chance_loss")
     @classmethod
@@ -253,6 +255,8 @@ class Health(_Model):
             chance_margin=self.chance_margin,
             blowup_progress=self.blowup_progress,
             stuck_spread=self.stuck_spread,
+            regressed_start=self.regressed_start,
+            replica_learned=self.replica_learned,
         )
 
 

@@ -32,7 +32,15 @@ from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, c
         (
             Health,
             HealthConfig,
-            ["blowup_factor", "chance_tolerance", "chance_margin", "blowup_progress", "stuck_spread"],
+            [
+                "blowup_factor",
+                "chance_tolerance",
+                "chance_margin",
+                "blowup_progress",
+                "stuck_spread",
+                "regressed_start",
+                "replica_learned",
+            ],
         ),
     ],
 )
