@@ -99,12 +99,13 @@ def recorded_stuck(row: Mapping[str, Any]) -> list[bool]:
 
 
 def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
-    """Per window, the stuck rule's verdict under `config`, on windows every other rule passed."""
+    """Per window, whether the stuck rule acts under `config` (it fails every replica), on windows every other
+    rule passed; its count of windows in a row (`stuck_windows`) kept as the engine keeps it."""
     records = [WindowRecord.from_dict(r) for r in row["records"]]
     memory = HealthMemory(initial_loss=records[0].start_loss)
-    out = []
+    out, run = [], 0
     for r, was_stuck in zip(records, recorded_stuck(row), strict=True):
-        verdict = False
+        met = False
         if all(r.healthy) or was_stuck:
             stats = [
                 ReplicaStats(
@@ -113,10 +114,12 @@ def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
                 for x in r.losses
             ]
             m = memory
-            verdict = (
+            met = (
                 stuck(stats, config, m.previous_loss, m.best_loss, m.initial_loss, m.best_replica) is not None
             )
-        out.append(verdict)
+        acted = met and run + 1 >= config.stuck_windows
+        run = run + 1 if met and not acted else 0
+        out.append(acted)
         memory.remember(r.losses, r.healthy, r.rollback)
     return out
 

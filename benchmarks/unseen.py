@@ -30,7 +30,7 @@ from benchmarks import common, holdout, workloads
 from benchmarks.pool import read_results, run_jobs
 from benchmarks.quality import GRID, REPLICAS, STARTS, grid_rate
 
-CENTRE = {"regression": 3e-3, "gru": 3e-3, "softmax": 0.1, "tabular": 0.1}
+CENTRE = {"regression": 3e-3, "gru": 3e-3, "softmax": 0.1, "tabular": 0.1, "vit": 3e-3, "resnet": 0.1}
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995
 """HDET is ahead on a seed where it ends below TIE x fixed OneCycle's metric, behind above it / TIE."""

@@ -11,7 +11,8 @@ script with `HDETOneCycleLR` swapped in (the README's three-line change), or an 
 families no default was chosen on: `regression` (a teacher-student regression, MSE, an MLP with LayerNorm,
 Adam), `gru` (a GRU byte LM, Adam), `softmax` (softmax regression on the digits: convex, SGD + momentum) and
 `tabular` (synthetic tabular classification on features of scales 0.1 to 10, an MLP with dropout, SGD +
-momentum).
+momentum), then two added after every default of 2026-12-03 was fixed: `vit` (a vision transformer on the
+digits' 2x2 patches, AdamW) and `resnet` (a residual CNN with GroupNorm on the digits, SGD + momentum).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one.
@@ -215,6 +216,78 @@ class Softmax(Digits):
             return nn.Linear(64, 10)
 
 
+class _ViT(nn.Module):
+    """A vision transformer for 8x8 images: 2x2 patches (16 tokens), pre-norm encoder layers, mean-pooled."""
+
+    def __init__(self, dim: int, heads: int, layers: int) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, dim)
+        self.position = nn.Parameter(0.02 * torch.randn(16, dim))
+        layer = nn.TransformerEncoderLayer(
+            dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        patches = x.view(-1, 4, 2, 4, 2).permute(0, 1, 3, 2, 4).reshape(-1, 16, 4)
+        h = self.encoder(self.embed(patches) + self.position)
+        return self.head(self.norm(h).mean(1))
+
+
+@dataclass
+class DigitsViT(Digits):
+    """A tiny vision transformer on the 8x8 digits (the MLP's data, split and metric)."""
+
+    dim: int = 32
+    heads: int = 2
+    layers: int = 2
+    name: str = field(default="digits_vit", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _ViT(self.dim, self.heads, self.layers)
+
+
+class _Residual(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.GroupNorm(4, channels),
+            nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.GroupNorm(4, channels),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + self.body(x))
+
+
+class _ResNet(nn.Sequential):
+    """A GroupNorm stem, two residual blocks, global average pooling and a linear head, for 8x8 images."""
+
+    def __init__(self, c: int) -> None:
+        stem = [nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, c, 3, padding=1), nn.GroupNorm(4, c), nn.ReLU()]
+        pool = [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        super().__init__(*stem, _Residual(c), _Residual(c), *pool, nn.Linear(c, 10))
+
+
+@dataclass
+class DigitsResNet(Digits):
+    """A small residual CNN with GroupNorm on the 8x8 digits (no BatchNorm: nothing in buffers)."""
+
+    channels: int = 16
+    name: str = field(default="digits_resnet", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _ResNet(self.channels)
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -261,6 +334,8 @@ TASKS = {
     "gru": (ByteGRU, {"context": 32, "dim": 32, "val_bytes": 16_384}, "adam"),
     "softmax": (Softmax, {}, "sgd"),
     "tabular": (Tabular, {}, "sgd"),
+    "vit": (DigitsViT, {}, "adamw"),
+    "resnet": (DigitsResNet, {}, "sgd"),
 }
 
 

@@ -236,6 +236,7 @@ class Health(_Model):
     chance_margin: float = Field(core_default(HealthConfig, "chance_margin"), ge=0, lt=1)
     blowup_progress: float = Field(core_default(HealthConfig, "blowup_progress"), ge=0, le=1)
     stuck_spread: float = Field(core_default(HealthConfig, "stuck_spread"), ge=0, lt=1)
+    stuck_windows: int = Field(core_default(HealthConfig, "stuck_windows"), ge=1)
     regressed_start: bool = core_default(HealthConfig, "regressed_start")
     replica_learned: bool = core_default(HealthConfig, "replica_learned")
 
@@ -255,6 +256,7 @@ class Health(_Model):
             chance_margin=self.chance_margin,
             blowup_progress=self.blowup_progress,
             stuck_spread=self.stuck_spread,
+            stuck_windows=self.stuck_windows,
             regressed_start=self.regressed_start,
             replica_learned=self.replica_learned,
         )

@@ -429,6 +429,7 @@ class HDETOneCycleLR(OneCycleLR):
             for k, a in self._appliers.items():
                 a.load_state_dict(hdet["appliers"][k])
         self._snapshot.keep_at_next_step(self.optimizer, lambda: self._sync.tensors(False))
+        self.state.health.kept_loss = self.state.health.previous_loss  # that snapshot: the resumed state
         self._window_start = None  # the loaded weights arrive after this: the next window starts afresh
         self._assignment = self._draw()
         self._write_values()

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from hdet_ray.core.controller import ControllerState
-from hdet_ray.core.health import HealthConfig, ReplicaStats, assess, gave_back, start_loss
+from hdet_ray.core.health import HealthConfig, ReplicaStats, assess, gave_back, start_loss, stuck
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.engine.fanout import GradientScale
 from hdet_ray.engine.window import WindowLoss
@@ -35,6 +35,12 @@ class HealthMemory:
     """The first window's starting loss: where the untrained model sits (health's default chance level)."""
     best_replica: float = math.inf
     """The lowest window loss of any healthy replica in a kept window (health's `replica_learned`)."""
+    kept_loss: float = math.nan
+    """The median loss of the window the rollback snapshot was last kept from (NaN: the run's start)."""
+    restored: bool = False
+    """The last sync rolled back to the snapshot: the run is at `kept_loss` (health's `regressed_start`)."""
+    stuck_run: int = 0
+    """How many windows in a row, up to the last, met the stuck rule without it acting (`stuck_windows`)."""
 
     def assess(
         self, stats: Sequence[ReplicaStats], config: HealthConfig | None
@@ -44,7 +50,20 @@ class HealthMemory:
             self.initial_loss = start_loss(stats)
         if config is None:
             return [True] * len(stats), {}
-        return assess(stats, config, self.previous_loss, self.best_loss, self.initial_loss, self.best_replica)
+        restored = math.nan
+        if self.restored:
+            restored = self.kept_loss if math.isfinite(self.kept_loss) else self.initial_loss
+        memory = (self.previous_loss, self.best_loss, self.initial_loss, self.best_replica)
+        healthy, reasons = assess(stats, config, *memory, restored, self.stuck_run)
+        met = all(healthy) and stuck(stats, config, *memory) is not None
+        self.stuck_run = self.stuck_run + 1 if met else 0  # acted on (every replica failed): starts afresh
+        return healthy, reasons
+
+    def keep(self, losses: Sequence[float]) -> None:
+        """The rollback snapshot was kept from this window: a rollback returns the run to its level."""
+        finite = [x for x in losses if math.isfinite(x)]
+        if finite:
+            self.kept_loss = statistics.median_high(finite)
 
     def worth_keeping(self, losses: Sequence[float], config: HealthConfig | None) -> bool:
         """Whether a fully healthy window's converged state may become the rollback target: not when its
@@ -59,8 +78,12 @@ class HealthMemory:
             return False
         return not gave_back(median, self.best_loss, self.initial_loss)
 
-    def remember(self, losses: Sequence[float], healthy: Sequence[bool], rolled_back: bool) -> None:
-        """After a window: the median of the healthy, finite losses becomes the reference."""
+    def remember(
+        self, losses: Sequence[float], healthy: Sequence[bool], rolled_back: bool, restored: bool = False
+    ) -> None:
+        """After a window: the median of the healthy, finite losses becomes the reference. `restored`: the
+        window rolled back to the snapshot (not merely re-weighted its replicas)."""
+        self.restored = restored
         kept = sorted(x for x, ok in zip(losses, healthy, strict=True) if ok and math.isfinite(x))
         if kept and not rolled_back:
             self.previous_loss = kept[len(kept) // 2]
@@ -73,6 +96,9 @@ class HealthMemory:
             "best_loss": self.best_loss,
             "initial_loss": self.initial_loss,
             "best_replica": self.best_replica,
+            "kept_loss": self.kept_loss,
+            "restored": float(self.restored),
+            "stuck_run": float(self.stuck_run),
         }
 
     def load_state_dict(self, state: dict[str, float]) -> None:
@@ -80,6 +106,9 @@ class HealthMemory:
         self.best_loss = float(state["best_loss"])
         self.initial_loss = float(state.get("initial_loss", math.nan))
         self.best_replica = float(state.get("best_replica", math.inf))
+        self.kept_loss = float(state.get("kept_loss", math.nan))
+        self.restored = bool(state.get("restored", 0.0))
+        self.stuck_run = int(state.get("stuck_run", 0))
 
 
 @dataclass

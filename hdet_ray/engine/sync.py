@@ -121,7 +121,8 @@ class WindowSync:
         complete_record(record, decision)
         if decision.diverged:
             _diverged(state, decision.note)
-        if decision.rollback and self.snapshot.held:
+        restored = decision.rollback and self.snapshot.held
+        if restored:
             self.snapshot.restore(self.tensors, self.optimizer)
         else:
             weights = (
@@ -133,12 +134,13 @@ class WindowSync:
             # half the run's progress: keep the older state
             if all(healthy) and state.health.worth_keeping(window.losses, self.options.health):
                 self.snapshot.keep(flats, tensors, average_opt)
+                state.health.keep(window.losses)
             if self.options.optimizer_state == "reset" or (decision.rollback and not average_opt):
                 self.optimizer.state.clear()
         state.controller = replace(
             state.controller, offsets=dict(decision.offsets), widths=dict(decision.widths)
         )
-        state.health.remember(window.losses, healthy, decision.rollback)
+        state.health.remember(window.losses, healthy, decision.rollback, restored)
         state.grad_scale.end_window(all(healthy) and not decision.rollback)
         state.records.append(record)
         if self.rank == 0 and self.options.on_record is not None:

@@ -102,7 +102,7 @@ def test_one_replica_that_learned_is_enough_to_call_a_stuck_window_dead():
     # ln 10 whatever their rates. With the medians alone the run had never learned and nothing saw it die
     cfg = HealthConfig()
     dead = [stats(2.399, first=2.457), stats(2.354, first=2.457)]
-    memory = dict(previous=2.472, best=2.388, initial=2.313)
+    memory = dict(previous=2.472, best=2.388, initial=2.313, stuck_before=1)
     healthy, reasons = assess(dead, cfg, **memory, best_replica=1.932)
     assert healthy == [False, False] and all(r.startswith("stuck") for r in reasons.values())
     assert assess(dead, HealthConfig(replica_learned=False), **memory, best_replica=1.932)[0] == [True] * 2
@@ -113,14 +113,37 @@ def test_one_replica_that_learned_is_enough_to_call_a_stuck_window_dead():
     assert assess(slow, cfg, previous=2.26, best=2.26, initial=2.31, best_replica=2.0)[0] == [True] * 2
 
 
+def test_after_a_rollback_the_restored_state_is_where_the_run_had_got_to():
+    # benchmarks.unseen's ViT from 10x too high, seed 2: the run drifted from its best median 0.68 to 1.5
+    # over windows that each passed, was rolled back to the last of them (1.52), and the next window's
+    # replicas (1.35 to 1.54, from a start of 1.66) failed against 0.68 again, three rollbacks in a row
+    cfg = HealthConfig()
+    window = [stats(x, first=1.656) for x in (1.539, 1.381, 1.35, 1.481)]
+    memory = dict(previous=1.52, best=0.677, initial=2.46)
+    healthy, reasons = assess(window, cfg, **memory)
+    assert healthy == [False, False, True, False] and "blew up" in reasons[0]
+    assert assess(window, cfg, **memory, restored=1.517)[0] == [True] * 4
+    # a rollback to a good state is judged as before: a replica that doubles it blew up
+    worse = [stats(x, first=0.7) for x in (0.7, 0.75, 0.72, 1.6)]
+    good = dict(previous=0.7, best=0.677, initial=2.46)
+    assert (
+        assess(worse, cfg, **good, restored=0.68)[0] == assess(worse, cfg, **good)[0] == [True] * 3 + [False]
+    )
+
+
 def test_a_dead_network_below_its_first_loss_is_stuck_not_healthy():
     # benchmarks.unseen's tabular task from 10x too high, seed 3: the untrained network starts at 2.18, the
     # run learned to 1.95, then every replica sat at ln 8 = 2.08 whatever its rate: below the first loss, so
     # the fell-back-to-chance rule (chance inferred as 2.18) missed it
     dead = [stats(x, first=2.09) for x in (2.083, 2.093, 2.089, 2.091)]
-    healthy, reasons = assess(dead, HealthConfig(), previous=2.1, best=1.95, initial=2.18)
+    healthy, reasons = assess(dead, HealthConfig(), previous=2.1, best=1.95, initial=2.18, stuck_before=1)
     assert healthy == [False] * 4 and all(
         r.startswith("stuck: every replica at 2.09") for r in reasons.values()
+    )
+    # the first window that meets the rule passes (`stuck_windows`: a live network can meet it for a window)
+    assert assess(dead, HealthConfig(), previous=2.1, best=1.95, initial=2.18)[0] == [True] * 4
+    assert (
+        assess(dead, HealthConfig(stuck_windows=1), previous=2.1, best=1.95, initial=2.18)[0] == [False] * 4
     )
     assert (
         assess(dead, HealthConfig(stuck_spread=0.0), previous=2.1, best=1.95, initial=2.18)[0] == [True] * 4

@@ -339,7 +339,8 @@ def dies_over_two_windows(rank, world):
         ([2.2, 2.0, 1.9, 1.8, 1.7], 0.0),  # learns from 2.2
         ([1.6, 1.5, 1.5, 1.4, 1.4], 0.0),  # the run's best
         ([1.95, 2.0, 2.05, 2.05, 2.05], 0.02),  # every replica passes, but it gave back over half
-        ([2.08] * 5, 0.002),  # every replica at one loss whatever its rate: dead
+        ([2.08] * 5, 0.002),  # every replica at one loss whatever its rate: dead...
+        ([2.08] * 5, 0.002),  # ...and still, a window later (`stuck_windows`): now it acts
     ]
     out = {}
     for w, (losses, per_rank) in enumerate(windows):
@@ -358,12 +359,13 @@ def dies_over_two_windows(rank, world):
 def test_a_dead_window_rolls_back_past_the_healthy_windows_it_died_over():
     outs = run_ranks(dies_over_two_windows, 4)
     recs = outs[0]["records"]
-    assert [r["rollback"] for r in recs] == [False, False, False, True]
-    assert all(recs[2]["healthy"]) and recs[3]["healthy"] == [False] * 4
-    assert all(reason.startswith("stuck: every replica at 2.08") for reason in recs[3]["reasons"].values())
+    assert [r["rollback"] for r in recs] == [False, False, False, False, True]
+    assert all(recs[2]["healthy"]) and all(recs[3]["healthy"]) and recs[4]["healthy"] == [False] * 4
+    assert all(reason.startswith("stuck: every replica at 2.08") for reason in recs[4]["reasons"].values())
     for o in outs:
-        # window 2 passed but had given back over half the progress: the rollback target is window 1's sync
-        assert torch.equal(o["after3"], outs[0]["after1"])
+        # windows 2 and 3 passed but had given back over half the progress: the rollback target is window
+        # 1's sync
+        assert torch.equal(o["after4"], outs[0]["after1"])
         assert not torch.equal(o["after2"], o["after1"])
 
 

@@ -73,3 +73,37 @@ def test_the_lowest_healthy_replica_of_a_kept_window_is_remembered():
     old = {"previous_loss": 1.0, "best_loss": 1.0, "initial_loss": 2.0}  # a checkpoint from before it
     restored.load_state_dict(old)
     assert restored.best_replica == math.inf
+
+
+def test_a_rollback_returns_the_health_checks_to_the_kept_level():
+    m = HealthMemory(initial_loss=2.46)
+    m.keep([1.5, 1.52, 1.31, 1.39])  # the snapshot is kept from this window
+    assert m.kept_loss == 1.5  # its median (the upper one of an even count)
+    m.remember([1.67, 1.61, 1.51, 1.63], [False] * 4, rolled_back=True, restored=True)
+    assert m.restored
+    m.remember([1.4, 1.4], [True, True], rolled_back=False)
+    assert not m.restored
+    restored = HealthMemory()
+    restored.load_state_dict({**m.state_dict(), "restored": 1.0})
+    assert restored.restored and restored.kept_loss == 1.5
+
+
+def test_the_stuck_rule_acts_on_its_second_window_in_a_row():
+    from hdet_ray.core.health import ReplicaStats
+
+    def window(losses):
+        return [
+            ReplicaStats(mean_loss=x, first_loss=2.09, tail_loss=x, min_loss=x, params_finite=True, count=5)
+            for x in losses
+        ]
+
+    dead = window([2.083, 2.093, 2.089, 2.091])
+    m = HealthMemory(previous_loss=2.1, best_loss=1.95, initial_loss=2.18)
+    assert m.assess(dead, HealthConfig()) == ([True] * 4, {})  # the first such window passes
+    assert m.stuck_run == 1
+    healthy, reasons = m.assess(dead, HealthConfig())
+    assert healthy == [False] * 4 and reasons[0].startswith("stuck")
+    assert m.stuck_run == 0  # acted on: the count starts afresh
+    m.assess(dead, HealthConfig())
+    m.assess(window([1.9, 2.0, 2.1, 2.2]), HealthConfig())  # replicas that answer to their rates
+    assert m.stuck_run == 0

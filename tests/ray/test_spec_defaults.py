@@ -38,6 +38,7 @@ from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, c
                 "chance_margin",
                 "blowup_progress",
                 "stuck_spread",
+                "stuck_windows",
                 "regressed_start",
                 "replica_learned",
             ],
