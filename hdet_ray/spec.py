@@ -145,7 +145,7 @@ class Explore(_Model):
         max_length=128,
         description="'lr', 'group:<key>' or 'module:<Class>.<attr>'",
     )
-    spread: Literal["log_mean1", "log", "linear"] = core_default(HyperParam, "spread")
+    spread: Literal["log_mean1", "log_below", "log", "linear"] = core_default(HyperParam, "spread")
     size: float = Field(
         core_default(HyperParam, "size"),
         ge=0,

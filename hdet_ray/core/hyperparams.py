@@ -33,7 +33,8 @@ class HyperParam:
     `hdet_ray.engine.appliers.register_applier`."""
     spread: str = "log_mean1"
     """'log_mean1' (the ratios of 'log', scaled to arithmetic mean 1: the averaged model moves as plain data
-    parallel at the base value does), 'log' (multipliers size**z, z evenly in [-1, 1]) or 'linear' (the
+    parallel at the base value does), 'log_below' (the same ratios with the top replica at the base: no
+    replica runs above the value set), 'log' (multipliers size**z, z evenly in [-1, 1]) or 'linear' (the
     paper's 1 +/- alpha)."""
     size: float = 1.25
     """The log spreads' factor (>= 1) or the linear spread's alpha (in [0, 1)). 1.0 / 0.0: not spread.

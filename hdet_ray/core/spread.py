@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-SPREAD_KINDS = ("linear", "log", "log_mean1")
+SPREAD_KINDS = ("linear", "log", "log_mean1", "log_below")
 
 
 def linear_spread(replicas: int, alpha: float) -> list[float]:
@@ -58,6 +58,21 @@ def log_mean1_spread(replicas: int, factor: float) -> list[float]:
     return [x / mean for x in levels]
 
 
+def log_below_spread(replicas: int, factor: float) -> list[float]:
+    """A log spread of `factor` divided by its largest multiplier: rho_r = factor ** (z_r - 1), in
+    [1 / factor**2, 1].
+
+    Same ratios as `log_spread`, with the top replica at the base: no replica runs above the rate the user
+    set. Loss against rate is a cliff above the best rate (the edge of stability) and a gentle slope below
+    it, and replicas that share their gradients train about as stably as their fastest one does, so a
+    spread that reaches above the base costs what a run at its top multiplier costs, and one below it
+    costs what a run a little below the base costs.
+    """
+    levels = log_spread(replicas, factor)
+    top = max(levels)
+    return [x / top for x in levels]
+
+
 FULL_WIDTH_REPLICAS = 4
 """From this many replicas up a spread's size is used as given; fewer are narrowed (`replica_width`)."""
 
@@ -86,13 +101,15 @@ def replica_width(replicas: int) -> float:
 
 
 def spread(kind: str, replicas: int, size: float) -> list[float]:
-    """Multipliers of `kind` ('linear': size is alpha; 'log', 'log_mean1': size is the factor), ascending."""
+    """Multipliers of `kind` ('linear': size is alpha; the log kinds: size is the factor), ascending."""
     if kind == "linear":
         return linear_spread(replicas, size)
     if kind == "log":
         return log_spread(replicas, size)
     if kind == "log_mean1":
         return log_mean1_spread(replicas, size)
+    if kind == "log_below":
+        return log_below_spread(replicas, size)
     raise ValueError(f"spread kind must be one of {SPREAD_KINDS}, got {kind!r}")
 
 

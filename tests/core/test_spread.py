@@ -35,6 +35,19 @@ def test_log_spread_is_geometric_and_log_symmetric():
     assert log_spread(3, 1.0) == [1.0, 1.0, 1.0]
 
 
+def test_log_below_keeps_the_ratios_with_the_top_replica_at_the_base():
+    rho = spread("log_below", 4, 1.25)
+    assert rho[-1] == 1.0 and rho == sorted(rho)
+    assert rho[0] == pytest.approx(1 / 1.25**2)
+    # the same ratios as the log spread and the mean-1 one: only where the base sits differs
+    for other in (log_spread(4, 1.25), spread("log_mean1", 4, 1.25)):
+        assert [r / rho[0] for r in rho] == pytest.approx([r / other[0] for r in other])
+    assert spread("log_below", 1, 3.0) == [1.0]
+    assert spread("log_below", 3, 1.0) == [1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="factor"):
+        spread("log_below", 4, 0.5)
+
+
 def test_two_or_three_replicas_are_narrowed_to_the_variance_of_four():
     def log_variance(n):
         logs = [math.log(r) for r in log_spread(n, 1.25 ** replica_width(n))]

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import pytest
 
 from hdet_ray.core.controller import ControllerConfig
 from hdet_ray.core.health import HealthConfig
 from hdet_ray.core.hyperparams import HyperParam
+from hdet_ray.core.spread import SPREAD_KINDS
 from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, core_default
 
 
@@ -70,3 +72,9 @@ def test_service_link_reads_its_token_from_exactly_one_place(tmp_path, monkeypat
     assert ServiceLink(**base, token_env="HDET_T").read_token() == "from-env"
     with pytest.raises(ValueError, match="exactly one of token, token_file or token_env"):
         ServiceLink(**base, token="a", token_env="HDET_T")
+
+
+def test_the_spec_takes_every_spread_kind_the_core_knows():
+    allowed = typing.get_args(Explore.model_fields["spread"].annotation)
+    assert sorted(allowed) == sorted(SPREAD_KINDS)
+    assert Explore(spread="log_below").spread == "log_below"
