@@ -63,10 +63,11 @@ def log_below_spread(replicas: int, factor: float) -> list[float]:
     [1 / factor**2, 1].
 
     Same ratios as `log_spread`, with the top replica at the base: no replica runs above the rate the user
-    set. Loss against rate is a cliff above the best rate (the edge of stability) and a gentle slope below
-    it, and replicas that share their gradients train about as stably as their fastest one does, so a
-    spread that reaches above the base costs what a run at its top multiplier costs, and one below it
-    costs what a run a little below the base costs.
+    set. Where loss against rate is a cliff above the best rate (the edge of stability), replicas that
+    share their gradients pay for their top replica's instability while they progress at their mean rate,
+    and a spread that reaches above the base is what costs. Measured, not the default (docs/benchmarks.md):
+    it removes that cost (a residual CNN at its best rate, a ViT from 10x too high) and costs where the top
+    replica is what finds the edge (the MLP's rescue from 10x too high, a ViT at its best rate).
     """
     levels = log_spread(replicas, factor)
     top = max(levels)
