@@ -5,6 +5,7 @@ the runs of the defaults that ship.
         --cells mlp/long/low cnn/long/oracle
     python -m benchmarks.ablate default --cells lm_sgd/high --seeds 0 1 2 --trace
     python -m benchmarks.ablate default --fixed --cells mlp/long/oracle --seeds 5 6 7 8 9
+    python -m benchmarks.ablate --perturbed 2 --cells unseen/resnet/oracle --seeds 0 1 2 3 4
 
 A variant is `name=JSON`, the `HDETOneCycleLR` keyword options to change (`controller_settings` for the
 default controller's config; `explore` as a list of `HyperParam` field dicts; `health` as a dict of
@@ -20,8 +21,12 @@ first. Runs append to `--out` (an
 interrupted run resumes); the table prints each cell's ratio to the oracle, mean over seeds, with the stored
 default beside it. `--fixed` also runs fixed OneCycle at the cell's start on the given seeds, for seeds the
 benchmark never ran (its oracle then stays the benchmark's: fresh seeds show how much of a cell's ratio is its
-stored seeds' luck). `--trace` also prints each run's window-by-window decisions: `+`/`-` the hypergradient's
-sign on a window that held, `U`/`D` a move up/down, `R` a rollback, `x` a window that excluded a replica, `.`
+stored seeds' luck). `--perturbed K` also runs fixed OneCycle at the cell's start K more times per seed, each
+with the initial weights changed in their sixth significant digit (`benchmarks.workloads.perturb_`, scale
+`--perturb-scale`): the same run, so the spread of its results is the training's own chaos, and their mean is
+fixed OneCycle's result without the luck of the draw that made its rate the oracle's.
+`--trace` also prints each run's window-by-window decisions: `+`/`-` the hypergradient's sign on a window
+that held, `U`/`D` a move up/down, `R` a rollback, `x` a window that excluded a replica, `.`
 no hypergradient, then the final centre multiplier.
 """
 
@@ -42,6 +47,8 @@ from benchmarks.pool import read_results, run_jobs
 STARTS = {"low": -2, "oracle": 0, "high": 2}
 FIXED = "fixed-here"
 """The key and column of `--fixed`'s runs."""
+PERTURBED = "fixed-perturbed"
+"""The key prefix (then the perturbation's number) and column of `--perturbed`'s runs."""
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
@@ -180,7 +187,7 @@ def trace(run: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ablate", description=__doc__.splitlines()[0])
-    parser.add_argument("variants", nargs="+", help="'default' or name=JSON HDET options")
+    parser.add_argument("variants", nargs="*", help="'default' or name=JSON HDET options")
     parser.add_argument(
         "--cells",
         nargs="+",
@@ -198,14 +205,40 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run fixed OneCycle at the cell's start on these seeds (for seeds the benchmark never ran)",
     )
+    parser.add_argument(
+        "--perturbed",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also run fixed OneCycle at the cell's start K times per seed with perturbed initial weights",
+    )
+    parser.add_argument(
+        "--perturb-scale",
+        type=float,
+        default=1e-6,
+        help="--perturbed's relative change of each initial weight (default 1e-6)",
+    )
     args = parser.parse_args(argv)
     variants = dict(parse_variant(v) for v in args.variants)
     if args.replicas < 2:
         parser.error(f"--replicas must be 2 or more, got {args.replicas}")
+    if args.perturbed < 0:
+        parser.error(f"--perturbed must be >= 0, got {args.perturbed}")
+    if not 0.0 < args.perturb_scale < 1.0:
+        parser.error(f"--perturb-scale must be in (0, 1), got {args.perturb_scale}")
+    if not (variants or args.fixed or args.perturbed):
+        parser.error("nothing to run: give a variant, --fixed or --perturbed")
     cells = [Cell(c, args.replicas) for c in args.cells]
     jobs = [c.job(s, name, v) for c in cells for name, v in variants.items() for s in args.seeds]
     if args.fixed:
         jobs += [c.job(s, FIXED, {}, arm="fixed") for c in cells for s in args.seeds]
+    perturbed = [f"{PERTURBED}{p}" for p in range(1, args.perturbed + 1)]
+    jobs += [
+        {**c.job(s, name, {}, arm="fixed"), "perturb": args.perturb_scale, "perturb_seed": p}
+        for c in cells
+        for s in args.seeds
+        for p, name in enumerate(perturbed, 1)
+    ]
     print(f"[ablate] {len(jobs)} runs (those already in {args.out} are skipped)", flush=True)
     run_jobs(workloads.run, jobs, args.replicas, args.out)
     runs = read_results(args.out)
@@ -225,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                 return statistics.mean(common.final_metric(runs, f"{c.text}/{s}/{name}") for s in args.seeds)
 
             row += [f"{mean_of(n) / mean_of(FIXED):.3f}" for n in variants]
+        if perturbed:
+            row += _perturbed_columns(c, runs, args.seeds, perturbed, oracle, list(variants))
         rows.append(row)
         if args.trace:
             for name in variants:
@@ -233,13 +268,62 @@ def main(argv: list[str] | None = None) -> int:
     heads = ["cell", "fixed (stored)", "HDET default (stored)", *variants]
     if args.fixed:
         heads += [FIXED, *(f"{n} / {FIXED}" for n in variants)]
+    if perturbed:
+        heads += [
+            PERTURBED,
+            f"{PERTURBED} range",
+            f"HDET default (stored) / {PERTURBED}",
+            *(f"{n} / {PERTURBED}" for n in variants),
+        ]
     print(
         common.table(heads, rows)
-        + f"\nratio to the oracle, mean over seeds {args.seeds} (per seed in brackets); '{FIXED}': fixed "
-        "OneCycle run here on these seeds, and each variant's mean final metric over its mean"
-        f"\nreproduce: python -m benchmarks.ablate {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}"
+        + f"\nratio to the oracle, mean over seeds {args.seeds} (per seed in brackets)"
+        + (
+            f"; '{FIXED}': fixed OneCycle run here on these seeds, and each variant's mean final metric "
+            "over its mean"
+            if args.fixed
+            else ""
+        )
+        + (
+            f"; '{PERTURBED}': fixed OneCycle at the cell's start, initial weights changed by "
+            f"{args.perturb_scale:g} relative, {args.perturbed} draws per seed (mean per seed in brackets; "
+            "range: the lowest and highest single run), and the stored HDET default's and each variant's "
+            "mean final metric over its mean"
+            if perturbed
+            else ""
+        )
+        + "\nreproduce: python -m benchmarks.ablate "
+        + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     )
     return 0
+
+
+def _perturbed_columns(
+    c: Cell,
+    runs: dict[str, dict[str, Any]],
+    seeds: list[int],
+    perturbed: list[str],
+    oracle: float,
+    variants: list[str],
+) -> list[str]:
+    """`--perturbed`'s columns for one cell: its runs' ratio to the oracle (mean per seed, then over seeds),
+    the lowest and highest single run, and the stored HDET default's and each variant's mean final metric
+    over theirs."""
+
+    def mean_metric(results: dict[str, dict[str, Any]], keys: list[str]) -> float:
+        return statistics.mean(common.final_metric(results, k) for k in keys)
+
+    per_seed = [mean_metric(runs, [f"{c.text}/{s}/{n}" for n in perturbed]) for s in seeds]
+    ratios = [x / oracle for x in per_seed]
+    every = [common.final_metric(runs, f"{c.text}/{s}/{n}") for s in seeds for n in perturbed]
+    base = statistics.mean(per_seed)
+    stored = [c.stored_key(s, "hdet") for s in seeds]
+    return [
+        f"{statistics.mean(ratios):.3f} (" + " ".join(f"{x:.2f}" for x in ratios) + ")",
+        f"{min(every) / oracle:.2f}-{max(every) / oracle:.2f}",
+        f"{mean_metric(c.stored, stored) / base:.3f}" if all(k in c.stored for k in stored) else "-",
+        *(f"{mean_metric(runs, [f'{c.text}/{s}/{n}' for s in seeds]) / base:.3f}" for n in variants),
+    ]
 
 
 def _fmt(results: dict[str, dict[str, Any]], keys: list[str], oracle: float) -> str:

@@ -362,14 +362,28 @@ def hdet_options(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def perturb_(model: nn.Module, scale: float, seed: int) -> None:
+    """Scale each parameter element by (1 + scale * N(0, 1)), in place, with noise drawn from its own
+    generator seeded by `seed`: the same on every rank, and nothing else's random stream moves. At
+    scale 1e-6 a weight changes in its sixth significant digit, a few float32 roundings: the run is the
+    same run, and how far its result moves measures how chaotic the training is, not a different start."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.0 + scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
+
+
 def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
-    """job: workload, steps, sync_every, max_lr, seed, arm ('fixed' | 'hdet' | 'lrfree'), hdet (kwargs)."""
+    """job: workload, steps, sync_every, max_lr, seed, arm ('fixed' | 'hdet' | 'lrfree'), hdet (kwargs);
+    optionally perturb and perturb_seed (`perturb_`: the initial weights' last digits changed)."""
     task, opt_kind = build(job["workload"])
     seed, steps = int(job["seed"]), int(job["steps"])
     # the global generator (dropout's masks) starts from the job, not from whatever job this process ran last
     torch.manual_seed(seed * 7919 + rank)
     started = time.perf_counter()
     model = task.model(seed)
+    if job.get("perturb"):
+        perturb_(model, float(job["perturb"]), int(job.get("perturb_seed", 0)))
     arm = job["arm"]
     kind = job["optimizer"] if arm == "lrfree" else opt_kind
     optimizer = make_optimizer(kind, model.parameters(), job["max_lr"] / 25.0, base=opt_kind)

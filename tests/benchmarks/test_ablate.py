@@ -1,6 +1,7 @@
 """benchmarks.ablate's parsing of variants and cells, and its trace, on the stored benchmark runs (no run)."""
 
 import pytest
+import torch
 
 from benchmarks import ablate, workloads
 from hdet_ray import HealthConfig
@@ -69,3 +70,25 @@ def test_the_trace_marks_moves_rollbacks_and_signs():
         "centres": [1.0, 0.5],
     }
     assert ablate.trace(run) == "+U-Rx.D 0.50x"
+
+
+def test_a_perturbation_changes_the_last_digits_the_same_way_for_the_same_seed():
+    task, _ = workloads.build("mlp")
+    a, b, c, plain = (task.model(0) for _ in range(4))
+    workloads.perturb_(a, 1e-6, 1)
+    workloads.perturb_(b, 1e-6, 1)
+    workloads.perturb_(c, 1e-6, 2)
+    for pa, pb, pc, p in zip(a.parameters(), b.parameters(), c.parameters(), plain.parameters(), strict=True):
+        assert torch.equal(pa, pb)  # every rank draws the same change
+        changed = (pa - p).abs()
+        assert changed.max() > 0 and not torch.equal(pa, pc)
+        assert (changed <= 1e-5 * p.abs() + 1e-12).all()  # a relative change, in the sixth digit
+
+
+def test_ablate_with_nothing_to_run_names_the_options(capsys):
+    with pytest.raises(SystemExit):
+        ablate.main(["--cells", "mlp/short/oracle"])
+    assert "give a variant, --fixed or --perturbed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ablate.main(["--perturbed", "-1", "--cells", "mlp/short/oracle"])
+    assert "--perturbed must be >= 0, got -1" in capsys.readouterr().err
