@@ -24,7 +24,9 @@ benchmark never ran (its oracle then stays the benchmark's: fresh seeds show how
 stored seeds' luck). `--perturbed K` also runs fixed OneCycle at the cell's start K more times per seed, each
 with the initial weights changed in their sixth significant digit (`benchmarks.workloads.perturb_`, scale
 `--perturb-scale`): the same run, so the spread of its results is the training's own chaos, and their mean is
-fixed OneCycle's result without the luck of the draw that made its rate the oracle's.
+fixed OneCycle's result without the luck of the draw that made its rate the oracle's. With
+`--perturb-variants` each variant is run the same K perturbed times per seed instead of once (keys
+`variant~1`, `variant~2`, ...), so that a variant and fixed OneCycle are compared draw for draw.
 `--trace` also prints each run's window-by-window decisions: `+`/`-` the hypergradient's sign on a window
 that held, `U`/`D` a move up/down, `R` a rollback, `x` a window that excluded a replica, `.`
 no hypergradient, then the final centre multiplier.
@@ -213,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also run fixed OneCycle at the cell's start K times per seed with perturbed initial weights",
     )
     parser.add_argument(
+        "--perturb-variants",
+        action="store_true",
+        help="run each variant as --perturbed's K perturbed draws per seed instead of once",
+    )
+    parser.add_argument(
         "--perturb-scale",
         type=float,
         default=1e-6,
@@ -228,8 +235,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--perturb-scale must be in (0, 1), got {args.perturb_scale}")
     if not (variants or args.fixed or args.perturbed):
         parser.error("nothing to run: give a variant, --fixed or --perturbed")
+    if args.perturb_variants and not (args.perturbed and variants):
+        parser.error("--perturb-variants needs --perturbed K and at least one variant")
     cells = [Cell(c, args.replicas) for c in args.cells]
-    jobs = [c.job(s, name, v) for c in cells for name, v in variants.items() for s in args.seeds]
+    draws = range(1, args.perturbed + 1) if args.perturb_variants else ()
+    # per variant, its runs' names at each seed: one, or one per perturbed draw
+    runs_of = {name: [f"{name}~{p}" for p in draws] or [name] for name in variants}
+    jobs = [
+        c.job(s, name, v)
+        | ({"perturb": args.perturb_scale, "perturb_seed": int(run.rsplit("~", 1)[1])} if draws else {})
+        | {"key": f"{c.text}/{s}/{run}"}
+        for c in cells
+        for name, v in variants.items()
+        for s in args.seeds
+        for run in runs_of[name]
+    ]
     if args.fixed:
         jobs += [c.job(s, FIXED, {}, arm="fixed") for c in cells for s in args.seeds]
     perturbed = [f"{PERTURBED}{p}" for p in range(1, args.perturbed + 1)]
@@ -250,21 +270,22 @@ def main(argv: list[str] | None = None) -> int:
         for arm in ("fixed", "hdet"):
             keys = [c.stored_key(s, arm) for s in args.seeds]
             row.append(_fmt(c.stored, keys, oracle) if all(k in c.stored for k in keys) else "-")
-        for name in [*variants, *([FIXED] if args.fixed else [])]:
-            row.append(_fmt(runs, [f"{c.text}/{s}/{name}" for s in args.seeds], oracle))
+        for names in [*runs_of.values(), *([[FIXED]] if args.fixed else [])]:
+            row.append(_fmt_seeds(_per_seed(runs, c, args.seeds, names), oracle))
         if args.fixed:
 
-            def mean_of(name: str, c: Cell = c) -> float:
-                return statistics.mean(common.final_metric(runs, f"{c.text}/{s}/{name}") for s in args.seeds)
+            def mean_of(names: list[str], c: Cell = c) -> float:
+                return statistics.mean(_per_seed(runs, c, args.seeds, names))
 
-            row += [f"{mean_of(n) / mean_of(FIXED):.3f}" for n in variants]
+            row += [f"{mean_of(n) / mean_of([FIXED]):.3f}" for n in runs_of.values()]
         if perturbed:
-            row += _perturbed_columns(c, runs, args.seeds, perturbed, oracle, list(variants))
+            row += _perturbed_columns(c, runs, args.seeds, perturbed, oracle, list(runs_of.values()))
         rows.append(row)
         if args.trace:
-            for name in variants:
+            for names in runs_of.values():
                 for s in args.seeds:
-                    print(f"  {c.text} {name} seed {s}: {trace(runs[f'{c.text}/{s}/{name}'])}")
+                    for name in names:
+                        print(f"  {c.text} {name} seed {s}: {trace(runs[f'{c.text}/{s}/{name}'])}")
     heads = ["cell", "fixed (stored)", "HDET default (stored)", *variants]
     if args.fixed:
         heads += [FIXED, *(f"{n} / {FIXED}" for n in variants)]
@@ -298,36 +319,44 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _per_seed(runs: dict[str, dict[str, Any]], c: Cell, seeds: list[int], names: list[str]) -> list[float]:
+    """Per seed, the mean final metric of the cell's runs `names` (one run or a variant's perturbed draws)."""
+    return [statistics.mean(common.final_metric(runs, f"{c.text}/{s}/{n}") for n in names) for s in seeds]
+
+
 def _perturbed_columns(
     c: Cell,
     runs: dict[str, dict[str, Any]],
     seeds: list[int],
     perturbed: list[str],
     oracle: float,
-    variants: list[str],
+    variants: list[list[str]],
 ) -> list[str]:
     """`--perturbed`'s columns for one cell: its runs' ratio to the oracle (mean per seed, then over seeds),
     the lowest and highest single run, and the stored HDET default's and each variant's mean final metric
-    over theirs."""
-
-    def mean_metric(results: dict[str, dict[str, Any]], keys: list[str]) -> float:
-        return statistics.mean(common.final_metric(results, k) for k in keys)
-
-    per_seed = [mean_metric(runs, [f"{c.text}/{s}/{n}" for n in perturbed]) for s in seeds]
-    ratios = [x / oracle for x in per_seed]
+    over theirs (`variants`: each variant's run names at a seed)."""
+    per_seed = _per_seed(runs, c, seeds, perturbed)
     every = [common.final_metric(runs, f"{c.text}/{s}/{n}") for s in seeds for n in perturbed]
     base = statistics.mean(per_seed)
     stored = [c.stored_key(s, "hdet") for s in seeds]
     return [
-        f"{statistics.mean(ratios):.3f} (" + " ".join(f"{x:.2f}" for x in ratios) + ")",
+        _fmt_seeds(per_seed, oracle),
         f"{min(every) / oracle:.2f}-{max(every) / oracle:.2f}",
-        f"{mean_metric(c.stored, stored) / base:.3f}" if all(k in c.stored for k in stored) else "-",
-        *(f"{mean_metric(runs, [f'{c.text}/{s}/{n}' for s in seeds]) / base:.3f}" for n in variants),
+        (
+            f"{statistics.mean(common.final_metric(c.stored, k) for k in stored) / base:.3f}"
+            if all(k in c.stored for k in stored)
+            else "-"
+        ),
+        *(f"{statistics.mean(_per_seed(runs, c, seeds, names)) / base:.3f}" for names in variants),
     ]
 
 
 def _fmt(results: dict[str, dict[str, Any]], keys: list[str], oracle: float) -> str:
-    ratios = [common.final_metric(results, k) / oracle for k in keys]
+    return _fmt_seeds([common.final_metric(results, k) for k in keys], oracle)
+
+
+def _fmt_seeds(values: list[float], oracle: float) -> str:
+    ratios = [x / oracle for x in values]
     return f"{statistics.mean(ratios):.3f} (" + " ".join(f"{x:.2f}" for x in ratios) + ")"
 
 

@@ -92,3 +92,6 @@ def test_ablate_with_nothing_to_run_names_the_options(capsys):
     with pytest.raises(SystemExit):
         ablate.main(["--perturbed", "-1", "--cells", "mlp/short/oracle"])
     assert "--perturbed must be >= 0, got -1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ablate.main(["default", "--perturb-variants", "--cells", "mlp/short/oracle"])
+    assert "--perturb-variants needs --perturbed K and at least one variant" in capsys.readouterr().err
