@@ -66,7 +66,8 @@ def log_below_spread(replicas: int, factor: float) -> list[float]:
     set. Where loss against rate is a cliff above the best rate (the edge of stability), replicas that
     share their gradients pay for their top replica's instability while they progress at their mean rate,
     and a spread that reaches above the base is what costs. Measured, not the default (docs/benchmarks.md):
-    it removes that cost (a residual CNN at its best rate, a ViT from 10x too high) and costs where the top
+    on single runs it gained on a residual CNN at its best rate and a ViT from 10x too high (both chaotic:
+    re-drawn, the default itself is level with or ahead of fixed OneCycle there) and costs where the top
     replica is what finds the edge (the MLP's rescue from 10x too high, a ViT at its best rate).
     """
     levels = log_spread(replicas, factor)
