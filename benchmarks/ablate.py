@@ -239,16 +239,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--perturb-variants needs --perturbed K and at least one variant")
     cells = [Cell(c, args.replicas) for c in args.cells]
     draws = range(1, args.perturbed + 1) if args.perturb_variants else ()
-    # per variant, its runs' names at each seed: one, or one per perturbed draw
-    runs_of = {name: [f"{name}~{p}" for p in draws] or [name] for name in variants}
+    # per variant, its runs at each seed, name -> perturbed draw: one run (no draw), or one per draw
+    draws_of: dict[str, dict[str, int | None]] = {
+        name: {f"{name}~{p}": p for p in draws} or {name: None} for name in variants
+    }
+    runs_of = {name: list(runs) for name, runs in draws_of.items()}
     jobs = [
         c.job(s, name, v)
-        | ({"perturb": args.perturb_scale, "perturb_seed": int(run.rsplit("~", 1)[1])} if draws else {})
+        | ({} if draw is None else {"perturb": args.perturb_scale, "perturb_seed": draw})
         | {"key": f"{c.text}/{s}/{run}"}
         for c in cells
         for name, v in variants.items()
         for s in args.seeds
-        for run in runs_of[name]
+        for run, draw in draws_of[name].items()
     ]
     if args.fixed:
         jobs += [c.job(s, FIXED, {}, arm="fixed") for c in cells for s in args.seeds]

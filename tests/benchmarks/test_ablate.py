@@ -95,3 +95,27 @@ def test_ablate_with_nothing_to_run_names_the_options(capsys):
     with pytest.raises(SystemExit):
         ablate.main(["default", "--perturb-variants", "--cells", "mlp/short/oracle"])
     assert "--perturb-variants needs --perturbed K and at least one variant" in capsys.readouterr().err
+
+
+def test_perturbed_variants_run_each_draw_with_its_own_seed(monkeypatch, tmp_path):
+    class Stop(Exception):
+        pass
+
+    seen: list[dict] = []
+
+    def capture(fn, jobs, replicas, out):
+        seen.extend(jobs)
+        raise Stop
+
+    monkeypatch.setattr(ablate, "run_jobs", capture)
+    argv = ["default", "--perturbed", "2", "--perturb-variants", "--cells", "mlp/short/oracle"]
+    with pytest.raises(Stop):
+        ablate.main([*argv, "--seeds", "3", "--out", str(tmp_path / "runs.jsonl")])
+    draws = {j["key"]: j.get("perturb_seed") for j in seen}
+    assert draws == {
+        "mlp/short/oracle/3/default~1": 1,
+        "mlp/short/oracle/3/default~2": 2,
+        f"mlp/short/oracle/3/{ablate.PERTURBED}1": 1,
+        f"mlp/short/oracle/3/{ablate.PERTURBED}2": 2,
+    }
+    assert all(j["perturb"] == 1e-6 for j in seen)
