@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks import common
 from hdet_ray.core.controller import DEFAULT_CONTROLLER, ParamWindow, Window, make_controller
-from hdet_ray.core.health import HealthConfig, ReplicaStats, stuck
+from hdet_ray.core.health import HealthConfig, ReplicaStats, blew_up, stuck
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.engine.state import HealthMemory
 
@@ -114,12 +114,12 @@ def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
                 for x in r.losses
             ]
             m = memory
-            met = (
-                stuck(stats, config, m.previous_loss, m.best_loss, m.initial_loss, m.best_replica) is not None
-            )
+            memory_of = (m.previous_loss, m.best_loss, m.initial_loss, m.best_replica, m.blown)
+            met = stuck(stats, config, *memory_of) is not None
         acted = met and run + 1 >= config.stuck_windows
         run = run + 1 if met and not acted else 0
         out.append(acted)
+        memory.blown = memory.blown or any(blew_up(v) for v in r.reasons.values())
         memory.remember(r.losses, r.healthy, r.rollback)
     return out
 

@@ -29,6 +29,8 @@ A replica is unhealthy when
   it. Every replica fails together, and the run rolls back to its last fully healthy sync; a sync whose
   median had given back over half the progress, or sits above the run's initial loss, is not kept as that
   target (a network can die over two or three windows that each look healthy, before it has learned 5%).
+  In a run where a replica has blown up, replicas that agree at chance or above are stuck too, learned or
+  not (`stuck_after_blowup`): a rate too high can kill a network before it learns.
 """
 
 from __future__ import annotations
@@ -97,6 +99,16 @@ class HealthConfig:
     stored HDET runs (`python -m benchmarks.replay --stuck '{"replica_learned": false}'`), it changes that
     run alone. False: the medians and the start only."""
 
+    stuck_after_blowup: bool = True
+    """A run in which a replica has blown up (its loss, or a non-finite loss or parameter) is also stuck
+    when every replica sits at chance or above (`chance_loss`, else the run's initial loss, within
+    `chance_tolerance`) whatever its rate, whether or not it had learned first. A rate too high can kill a
+    network before it learns 5%: under `fanout='local'` the digits MLP from 10x too high (quality benchmark,
+    20 windows, seed 1) had one replica blow up in each of windows 1 and 2, each left out, the survivors
+    averaged, and from window 3 every replica at ln 10 whatever its rate for the rest of the run, with no
+    window that failed every replica and nothing rolled back. A rate merely too low is flat at its first
+    loss too, but nothing of it blew up. False: only a run that had learned can be stuck."""
+
     def __post_init__(self) -> None:
         if not self.blowup_factor > 1.0:
             raise ValueError(f"HealthConfig.blowup_factor must be > 1, got {self.blowup_factor}")
@@ -143,6 +155,7 @@ def assess(
     best_replica: float = math.nan,
     restored: float = math.nan,
     stuck_before: int = 0,
+    blown: bool = False,
 ) -> tuple[list[bool], dict[int, str]]:
     """(healthy flag per replica, reason per unhealthy replica).
 
@@ -150,7 +163,8 @@ def assess(
     `initial`: the run's first window's starting loss (NaN: this is the first window, use its own start);
     `best_replica`: the lowest window loss of any healthy replica in the run's earlier windows;
     `restored`: after a rollback, the level of the state it restored (NaN: the last sync did not roll back);
-    `stuck_before`: how many windows in a row before this one met the stuck rule (`stuck_windows`).
+    `stuck_before`: how many windows in a row before this one met the stuck rule (`stuck_windows`);
+    `blown`: a replica blew up in an earlier window of the run (`stuck_after_blowup`).
     """
     first = start_loss(stats)
     reference = first
@@ -184,7 +198,7 @@ def assess(
         if reason is not None:
             reasons[r] = reason
     if all(healthy):
-        reason = stuck(stats, config, previous, best, initial, best_replica)
+        reason = stuck(stats, config, previous, best, initial, best_replica, blown)
         if reason is not None and stuck_before + 1 >= config.stuck_windows:
             return [False] * len(stats), dict.fromkeys(range(len(stats)), reason)
     return healthy, reasons
@@ -197,6 +211,7 @@ def stuck(
     best: float = math.nan,
     initial: float = math.nan,
     best_replica: float = math.nan,
+    blown: bool = False,
 ) -> str | None:
     """The reason every replica fails when the window is dead (`stuck_spread`), else None; `assess` asks it
     once every replica has passed the other rules. It reads the replicas' window means only."""
@@ -206,7 +221,16 @@ def stuck(
     lowest = min((x for x in (first, previous, best) if math.isfinite(x)), default=math.inf)
     if config.replica_learned and best_replica < lowest:
         lowest = best_replica
-    return _stuck(stats, lowest, initial, config)
+    chance = math.nan
+    if blown and config.stuck_after_blowup:
+        chance = config.chance_loss if config.chance_loss is not None else initial
+    return _stuck(stats, lowest, initial, config, chance)
+
+
+def blew_up(reason: str) -> bool:
+    """Whether an unhealthy replica's reason (as `assess` gives it) is a blow-up: its loss, or a non-finite
+    loss or parameter; not a fall back to chance nor the stuck rule."""
+    return reason.startswith(("loss blew up", "non-finite"))
 
 
 def gave_back(loss: float, lowest: float, initial: float) -> bool:
@@ -225,17 +249,30 @@ too-low rate (flat, and a hair above its first window by noise) counts as stuck:
 too low at 150 windows, window 2."""
 
 
-def _stuck(stats: Sequence[ReplicaStats], lowest: float, initial: float, config: HealthConfig) -> str | None:
-    """The reason every replica fails when the window is dead (`stuck_spread`), else None."""
+def _stuck(
+    stats: Sequence[ReplicaStats],
+    lowest: float,
+    initial: float,
+    config: HealthConfig,
+    chance: float = math.nan,
+) -> str | None:
+    """The reason every replica fails when the window is dead (`stuck_spread`), else None. `chance`: where
+    a run in which a replica blew up counts as dead (`stuck_after_blowup`; NaN: not judged that way)."""
     losses = [s.mean_loss for s in stats if s.count and math.isfinite(s.mean_loss)]
     if config.stuck_spread <= 0 or len(losses) < 2 or len(losses) < len(stats):
         return None
     median = statistics.median_high(losses)
-    flat = max(losses) - min(losses) < config.stuck_spread * abs(median)
-    if flat and gave_back(min(losses), lowest, initial):
+    if not max(losses) - min(losses) < config.stuck_spread * abs(median):
+        return None
+    if gave_back(min(losses), lowest, initial):
         return (
             f"stuck: every replica at {median:.4g} whatever its rate, above the run's best {lowest:.4g} "
             f"by over half its progress from {initial:.4g}"
+        )
+    if math.isfinite(chance) and min(losses) >= chance - config.chance_tolerance * abs(chance):
+        return (
+            f"stuck: every replica at {median:.4g} whatever its rate, at chance {chance:.4g} or above "
+            "after a replica blew up"
         )
     return None
 

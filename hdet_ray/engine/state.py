@@ -17,7 +17,15 @@ from typing import Any
 import torch
 
 from hdet_ray.core.controller import ControllerState
-from hdet_ray.core.health import HealthConfig, ReplicaStats, assess, gave_back, start_loss, stuck
+from hdet_ray.core.health import (
+    HealthConfig,
+    ReplicaStats,
+    assess,
+    blew_up,
+    gave_back,
+    start_loss,
+    stuck,
+)
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.engine.fanout import GradientScale
 from hdet_ray.engine.window import WindowLoss
@@ -41,6 +49,8 @@ class HealthMemory:
     """The last sync rolled back to the snapshot: the run is at `kept_loss` (health's `regressed_start`)."""
     stuck_run: int = 0
     """How many windows in a row, up to the last, met the stuck rule without it acting (`stuck_windows`)."""
+    blown: bool = False
+    """A replica's loss or parameters blew up in an earlier window of the run (`stuck_after_blowup`)."""
 
     def assess(
         self, stats: Sequence[ReplicaStats], config: HealthConfig | None
@@ -54,9 +64,10 @@ class HealthMemory:
         if self.restored:
             restored = self.kept_loss if math.isfinite(self.kept_loss) else self.initial_loss
         memory = (self.previous_loss, self.best_loss, self.initial_loss, self.best_replica)
-        healthy, reasons = assess(stats, config, *memory, restored, self.stuck_run)
-        met = all(healthy) and stuck(stats, config, *memory) is not None
+        healthy, reasons = assess(stats, config, *memory, restored, self.stuck_run, self.blown)
+        met = all(healthy) and stuck(stats, config, *memory, self.blown) is not None
         self.stuck_run = self.stuck_run + 1 if met else 0  # acted on (every replica failed): starts afresh
+        self.blown = self.blown or any(blew_up(reason) for reason in reasons.values())
         return healthy, reasons
 
     def keep(self, losses: Sequence[float]) -> None:
@@ -99,6 +110,7 @@ class HealthMemory:
             "kept_loss": self.kept_loss,
             "restored": float(self.restored),
             "stuck_run": float(self.stuck_run),
+            "blown": float(self.blown),
         }
 
     def load_state_dict(self, state: dict[str, float]) -> None:
@@ -109,6 +121,7 @@ class HealthMemory:
         self.kept_loss = float(state.get("kept_loss", math.nan))
         self.restored = bool(state.get("restored", 0.0))
         self.stuck_run = int(state.get("stuck_run", 0))
+        self.blown = bool(state.get("blown", 0.0))
 
 
 @dataclass

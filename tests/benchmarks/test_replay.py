@@ -62,3 +62,14 @@ def test_the_stuck_rule_waits_for_its_second_window_in_a_row():
     changes, _, _ = replay.replay_stuck([n2], {"stuck_windows": 3})
     assert [(c.key, c.window) for c in changes] == [("mlp/3/hdet/6", 9)]
     assert changes[0].before[0] and not changes[0].after[0]  # one window later than it acted
+
+
+def test_a_network_killed_before_it_learned_is_found_by_the_stuck_rule_after_a_blow_up():
+    runs = common.results_dir("full") / "fanout_runs.jsonl"
+    changes, total, stale = replay.replay_stuck([runs], {}, arm="local")
+    assert total >= 70 and stale == 0 and changes == []
+    # the MLP from 10x too high under fanout='local', seed 1: replicas blew up in windows 1 and 2, then sat
+    # at ln 10 whatever their rates; the rule rolled it back at window 7 (its second flat window in a row)
+    changes, _, _ = replay.replay_stuck([runs], {"stuck_after_blowup": False}, arm="local")
+    assert [(c.key, c.window) for c in changes] == [("mlp/short/high/1/local", 7)]
+    assert changes[0].before == (1.0, True) and not changes[0].after[0]

@@ -193,3 +193,24 @@ def test_a_start_that_itself_blew_up_is_not_the_reference():
     # near zero loss the start doubling is noise (the absolute floor): the start stays the reference
     quiet = [stats(x, first=0.0021) for x in (0.002, 0.0022, 0.0019, 0.0021)]
     assert assess(quiet, HealthConfig(), previous=0.0009, best=0.0009, initial=2.3)[0] == [True] * 4
+
+
+def test_a_network_killed_before_it_learned_is_stuck_once_a_replica_has_blown_up():
+    # the digits MLP from 10x too high under fanout='local', seed 1: a replica blew up in each of windows 1
+    # and 2 and was left out; from there every replica sat at ln 10 (the start: 2.321) whatever its rate.
+    # The run never got 5% below its first loss, so "learned and gave back" could not see it die
+    dead = [stats(x, first=2.31) for x in (2.319, 2.331, 2.333, 2.326)]
+    memory = dict(previous=2.33, best=2.279, initial=2.321, stuck_before=1)
+    healthy, reasons = assess(dead, HealthConfig(), **memory, blown=True)
+    assert healthy == [False] * 4
+    assert all("at chance 2.321 or above after a replica blew up" in r for r in reasons.values())
+    assert assess(dead, HealthConfig(stuck_after_blowup=False), **memory, blown=True)[0] == [True] * 4
+    # a rate merely too low is as flat at its first loss, but nothing of it blew up
+    assert assess(dead, HealthConfig(), **memory)[0] == [True] * 4
+    # with chance named, it is judged against chance: replicas well below it are alive, however flat
+    assert assess(dead, HealthConfig(chance_loss=2.303), **memory, blown=True)[0] == [False] * 4
+    low = [stats(x, first=1.5) for x in (1.50, 1.51, 1.505, 1.502)]
+    assert assess(low, HealthConfig(chance_loss=2.303), **memory, blown=True)[0] == [True] * 4
+    # replicas that still answer to their rates are alive
+    apart = [stats(x, first=2.31) for x in (2.27, 2.32, 2.36, 2.40)]
+    assert assess(apart, HealthConfig(), **memory, blown=True)[0] == [True] * 4

@@ -107,3 +107,30 @@ def test_the_stuck_rule_acts_on_its_second_window_in_a_row():
     m.assess(dead, HealthConfig())
     m.assess(window([1.9, 2.0, 2.1, 2.2]), HealthConfig())  # replicas that answer to their rates
     assert m.stuck_run == 0
+
+
+def test_a_blow_up_is_remembered_for_the_stuck_rule_and_survives_a_resume():
+    from hdet_ray.core.health import ReplicaStats
+
+    def window(losses, first=2.31):
+        return [
+            ReplicaStats(mean_loss=x, first_loss=first, tail_loss=x, min_loss=x, params_finite=True, count=5)
+            for x in losses
+        ]
+
+    flat = window([2.319, 2.331, 2.333, 2.326])
+    m = HealthMemory(initial_loss=2.321)
+    m.assess(window([2.28, 2.27, 2.28, 2.27], first=2.32), HealthConfig())
+    m.remember([2.28, 2.27, 2.28, 2.27], [True] * 4, False)
+    m.assess(flat, HealthConfig())
+    assert m.assess(flat, HealthConfig()) == ([True] * 4, {})  # flat at the start, no blow-up: a low rate
+    assert not m.blown
+    healthy, reasons = m.assess(window([2.5, 9.0, 2.6, 2.55]), HealthConfig())
+    assert healthy == [True, False, True, True] and m.blown
+    resumed = HealthMemory()
+    resumed.load_state_dict(m.state_dict())
+    assert resumed.blown
+    resumed.assess(flat, HealthConfig())
+    healthy, reasons = resumed.assess(flat, HealthConfig())
+    assert healthy == [False] * 4 and "after a replica blew up" in reasons[0]
+    assert not HealthMemory().blown and HealthMemory(initial_loss=1.0).state_dict()["blown"] == 0.0
