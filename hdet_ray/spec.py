@@ -239,6 +239,7 @@ class Health(_Model):
     stuck_windows: int = Field(core_default(HealthConfig, "stuck_windows"), ge=1)
     regressed_start: bool = core_default(HealthConfig, "regressed_start")
     replica_learned: bool = core_default(HealthConfig, "replica_learned")
+    stuck_after_blowup: bool = core_default(HealthConfig, "stuck_after_blowup")
 
     @field_validator("chance_loss")
     @classmethod
@@ -259,6 +260,7 @@ class Health(_Model):
             stuck_windows=self.stuck_windows,
             regressed_start=self.regressed_start,
             replica_learned=self.replica_learned,
+            stuck_after_blowup=self.stuck_after_blowup,
         )
 
 

@@ -43,6 +43,7 @@ from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, c
                 "stuck_windows",
                 "regressed_start",
                 "replica_learned",
+                "stuck_after_blowup",
             ],
         ),
     ],
@@ -51,6 +52,13 @@ def test_spec_defaults_are_the_cores(model, core, names):
     defaults = {f.name: f.default for f in dataclasses.fields(core)}
     for name in names:
         assert model.model_fields[name].default == defaults[name] == core_default(core, name), name
+
+
+def test_every_health_setting_of_the_core_can_be_set_in_a_job_spec():
+    # chance_loss too, with 'auto' (the task's own) as the spec's default
+    assert {f.name for f in dataclasses.fields(HealthConfig)} <= set(Health.model_fields)
+    config = Health(stuck_after_blowup=False, replica_learned=False).to_config(2.3)
+    assert config.stuck_after_blowup is False and config.replica_learned is False and config.chance_loss == 2.3
 
 
 def test_core_checks_name_the_field():
