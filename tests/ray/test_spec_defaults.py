@@ -58,7 +58,9 @@ def test_every_health_setting_of_the_core_can_be_set_in_a_job_spec():
     # chance_loss too, with 'auto' (the task's own) as the spec's default
     assert {f.name for f in dataclasses.fields(HealthConfig)} <= set(Health.model_fields)
     config = Health(stuck_after_blowup=False, replica_learned=False).to_config(2.3)
-    assert config.stuck_after_blowup is False and config.replica_learned is False and config.chance_loss == 2.3
+    assert (
+        config.stuck_after_blowup is False and config.replica_learned is False and config.chance_loss == 2.3
+    )
 
 
 def test_core_checks_name_the_field():
