@@ -120,7 +120,7 @@ def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
         run = run + 1 if met and not acted else 0
         out.append(acted)
         memory.blown = memory.blown or any(blew_up(v) for v in r.reasons.values())
-        memory.remember(r.losses, r.healthy, r.rollback)
+        memory.remember(r.losses, r.healthy, r.rollback, restored=r.rollback)  # a snapshot is held by default
     return out
 
 

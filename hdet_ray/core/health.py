@@ -100,14 +100,17 @@ class HealthConfig:
     run alone. False: the medians and the start only."""
 
     stuck_after_blowup: bool = True
-    """A run in which a replica has blown up (its loss, or a non-finite loss or parameter) is also stuck
-    when every replica sits at chance or above (`chance_loss`, else the run's initial loss, within
-    `chance_tolerance`) whatever its rate, whether or not it had learned first. A rate too high can kill a
+    """A run in which a replica has blown up (its loss, or a non-finite loss or parameter), with no rollback
+    restoring an earlier state since, is also stuck when every replica sits at chance or above
+    (`chance_loss`, else the run's initial loss, within `chance_tolerance`) whatever its rate, whether or
+    not it had learned first. A rate too high can kill a
     network before it learns 5%: under `fanout='local'` the digits MLP from 10x too high (quality benchmark,
     20 windows, seed 1) had one replica blow up in each of windows 1 and 2, each left out, the survivors
     averaged, and from window 3 every replica at ln 10 whatever its rate for the rest of the run, with no
     window that failed every replica and nothing rolled back. A rate merely too low is flat at its first
-    loss too, but nothing of it blew up. False: only a run that had learned can be stuck."""
+    loss too, but nothing of it blew up; and after a restore (the state from before the blow-up, the rate
+    cut) a slow restart is too, so a restore clears the blow-up. False: only a run that had learned can be
+    stuck."""
 
     def __post_init__(self) -> None:
         if not self.blowup_factor > 1.0:

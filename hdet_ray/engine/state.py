@@ -50,7 +50,9 @@ class HealthMemory:
     stuck_run: int = 0
     """How many windows in a row, up to the last, met the stuck rule without it acting (`stuck_windows`)."""
     blown: bool = False
-    """A replica's loss or parameters blew up in an earlier window of the run (`stuck_after_blowup`)."""
+    """A replica's loss or parameters blew up in an earlier window and the run has not been restored since
+    (`stuck_after_blowup`): what the survivors carried on with may be damaged. A restore puts back a state
+    from before the blow-up, and a slow restart at the cut rate from it is flat near the first loss too."""
 
     def assess(
         self, stats: Sequence[ReplicaStats], config: HealthConfig | None
@@ -95,6 +97,8 @@ class HealthMemory:
         """After a window: the median of the healthy, finite losses becomes the reference. `restored`: the
         window rolled back to the snapshot (not merely re-weighted its replicas)."""
         self.restored = restored
+        if restored:
+            self.blown = False
         kept = sorted(x for x, ok in zip(losses, healthy, strict=True) if ok and math.isfinite(x))
         if kept and not rolled_back:
             self.previous_loss = kept[len(kept) // 2]

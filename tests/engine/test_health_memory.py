@@ -134,3 +134,22 @@ def test_a_blow_up_is_remembered_for_the_stuck_rule_and_survives_a_resume():
     healthy, reasons = resumed.assess(flat, HealthConfig())
     assert healthy == [False] * 4 and "after a replica blew up" in reasons[0]
     assert not HealthMemory().blown and HealthMemory(initial_loss=1.0).state_dict()["blown"] == 0.0
+
+
+def test_a_restore_clears_the_blow_up():
+    # after a rollback to a state from before the blow-up the rate is cut, and a slow restart from there is
+    # flat near the first loss too: not a network the blow-up killed
+    from hdet_ray.core.health import ReplicaStats
+
+    flat = [
+        ReplicaStats(mean_loss=x, first_loss=2.31, tail_loss=x, min_loss=x, params_finite=True, count=5)
+        for x in (2.319, 2.331, 2.333, 2.326)
+    ]
+    m = HealthMemory(initial_loss=2.321, blown=True)
+    m.remember([10.0] * 4, [False] * 4, True, restored=True)
+    assert not m.blown
+    m.assess(flat, HealthConfig())
+    assert m.assess(flat, HealthConfig()) == ([True] * 4, {})
+    kept = HealthMemory(initial_loss=2.321, blown=True)
+    kept.remember([2.3, 9.0, 2.3, 2.3], [True, False, True, True], False)  # survivors averaged: still blown
+    assert kept.blown
