@@ -80,6 +80,10 @@ def main(out: Path) -> None:
         "single_reduce_warning": any("switched off" in str(w.message) for w in caught),
     }
     (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
+    # Lightning leaves the gloo group up; a process that exits with it (and DDP's threads) alive can abort
+    # at interpreter exit ("terminate called without an active exception", seen once in CI)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
