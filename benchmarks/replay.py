@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks import common
 from hdet_ray.core.controller import DEFAULT_CONTROLLER, ParamWindow, Window, make_controller
-from hdet_ray.core.health import HealthConfig, ReplicaStats, blew_up, stuck
+from hdet_ray.core.health import HealthConfig, ReplicaStats, stuck
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.engine.state import HealthMemory
 
@@ -119,7 +119,7 @@ def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
         acted = met and run + 1 >= config.stuck_windows
         run = run + 1 if met and not acted else 0
         out.append(acted)
-        memory.blown = memory.blown or any(blew_up(v) for v in r.reasons.values())
+        memory.note_blowups(r.reasons.values())
         memory.remember(r.losses, r.healthy, r.rollback, restored=r.rollback)  # a snapshot is held by default
     return out
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +69,12 @@ class HealthMemory:
         healthy, reasons = assess(stats, config, *memory, restored, self.stuck_run, self.blown)
         met = all(healthy) and stuck(stats, config, *memory, self.blown) is not None
         self.stuck_run = self.stuck_run + 1 if met else 0  # acted on (every replica failed): starts afresh
-        self.blown = self.blown or any(blew_up(reason) for reason in reasons.values())
+        self.note_blowups(reasons.values())
         return healthy, reasons
+
+    def note_blowups(self, reasons: Iterable[str]) -> None:
+        """Remember whether any of a window's reasons for leaving a replica out is a blow-up (`blown`)."""
+        self.blown = self.blown or any(blew_up(reason) for reason in reasons)
 
     def keep(self, losses: Sequence[float]) -> None:
         """The rollback snapshot was kept from this window: a rollback returns the run to its level."""
