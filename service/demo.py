@@ -1,5 +1,6 @@
 """`hdet demo`: the quickstart. Starts the service with an embedded Ray head, submits a small `digits`
-job over HTTP, prints the dashboard URL and the token, and runs until Ctrl-C.
+job over HTTP, prints the dashboard URL and the token, and runs until Ctrl-C (or SIGTERM, SIGHUP), which
+stops the service and the Ray head it started (with a data folder given, `head_on_exit` decides).
 
     hdet demo                      # then open the printed URL and sign in with the printed token
     hdet demo --exit-when-done     # for tests: stop once the demo job has ended (exit 0 if it SUCCEEDED)
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import tempfile
 import threading
 import time
@@ -36,7 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import httpx
     import uvicorn
 
     from service.app import create_app
@@ -47,57 +48,88 @@ def main(args: argparse.Namespace) -> int:
 
     port = args.port or free_port()
     env = Settings()
-    data_dir = (
-        Path(args.data_dir)
-        if args.data_dir
-        else (env.data_dir if "HDET_DATA_DIR" in os.environ else Path(tempfile.mkdtemp(prefix="hdet-demo-")))
-    )
-    settings = env.model_copy(update={"data_dir": data_dir, "public_url": public_url(args.host, port)})
+    fresh = not args.data_dir and "HDET_DATA_DIR" not in os.environ
+    if fresh:
+        data_dir = Path(tempfile.mkdtemp(prefix="hdet-demo-"))
+    else:
+        data_dir = Path(args.data_dir) if args.data_dir else env.data_dir
+    update: dict[str, object] = {"data_dir": data_dir, "public_url": public_url(args.host, port)}
+    if fresh:
+        # no later service will know this new folder, so none could adopt a head left running for its
+        # unfinished jobs: stopping the demo ends its head whatever runs on it
+        update["head_on_exit"] = "stop"
+    settings = env.model_copy(update=update)
     token, _ = load_or_create_token(settings)
     settings = settings.model_copy(update={"token": token})
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host=args.host, port=port, log_level="warning")
     )
     thread = threading.Thread(target=server.run, daemon=True)
+    # uvicorn serves from a thread here, so it cannot take SIGTERM itself: without this a `kill` or `timeout`
+    # would end the process at once and leave the embedded Ray head (its own session) running
+    _stop_on_terminate()
     thread.start()
-    print("hdet demo: starting the service and its embedded Ray head...", flush=True)
-    while not server.started:
-        if not thread.is_alive():
-            print("hdet demo: the service did not start (see the log above)")
-            return 1
-        time.sleep(0.2)
-    url = public_url(args.host, port)
+    status = "RUNNING"
+    try:
+        print("hdet demo: starting the service and its embedded Ray head...", flush=True)
+        while not server.started:
+            if not thread.is_alive():
+                print("hdet demo: the service did not start (see the log above)")
+                return 1
+            time.sleep(0.2)
+        status = _follow(args, public_url(args.host, port), thread, token, data_dir)
+    except KeyboardInterrupt:
+        print("hdet demo: stopping", flush=True)
+    finally:
+        server.should_exit = True  # the service's shutdown ends its jobs and the Ray head it started
+        thread.join(timeout=120)
+    return 0 if (not args.exit_when_done or status == "SUCCEEDED") else 1
+
+
+def _follow(args: argparse.Namespace, url: str, thread: threading.Thread, token: str, data_dir: Path) -> str:
+    """Submit the demo job to the service at `url`, print its windows as they arrive; its last status seen."""
+    import httpx
+
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     job = client.post("/v1/jobs", json=DEMO_JOB).raise_for_status().json()
     print(
         f"\n  dashboard: {url}{job['links']['dashboard']}\n  token:     {token}\n"
-        f"  job:       {job['id']} (digits, 2 replicas; Ctrl-C to stop the service)\n",
+        f"  job:       {job['id']} (digits, 2 replicas; Ctrl-C to stop the service)\n"
+        f"  data:      {data_dir} (the jobs' database, logs and the Ray head's files)\n",
         flush=True,
     )
     status, after = "RUNNING", -1
-    try:
-        deadline = time.monotonic() + args.timeout
-        while thread.is_alive():
-            time.sleep(2)
-            page = client.get(f"/v1/jobs/{job['id']}/trajectory", params={"after": after}).json()
-            for record in page["records"]:
-                print(format_window(record), flush=True)
-            after = page["next_after"]
-            info = client.get(f"/v1/jobs/{job['id']}").json()
-            if info["status"] != status:
-                status = info["status"]
-                print(
-                    f"hdet demo: job {job['id']} is {status} "
-                    f"({info['progress']['windows']}/{info['progress']['total_windows']} windows)",
-                    flush=True,
-                )
-            if args.exit_when_done and (info["finished_at"] or time.monotonic() > deadline):
-                break
-    except KeyboardInterrupt:
-        print("hdet demo: stopping", flush=True)
-    server.should_exit = True
-    thread.join(timeout=120)
-    return 0 if (not args.exit_when_done or status == "SUCCEEDED") else 1
+    deadline = time.monotonic() + args.timeout
+    while thread.is_alive():
+        time.sleep(2)
+        page = client.get(f"/v1/jobs/{job['id']}/trajectory", params={"after": after}).json()
+        for record in page["records"]:
+            print(format_window(record), flush=True)
+        after = page["next_after"]
+        info = client.get(f"/v1/jobs/{job['id']}").json()
+        if info["status"] != status:
+            status = info["status"]
+            print(
+                f"hdet demo: job {job['id']} is {status} "
+                f"({info['progress']['windows']}/{info['progress']['total_windows']} windows)",
+                flush=True,
+            )
+        if args.exit_when_done and (info["finished_at"] or time.monotonic() > deadline):
+            break
+    return status
+
+
+def _stop_on_terminate() -> None:
+    """SIGTERM and SIGHUP stop the demo as Ctrl-C does (set from the main thread only: Python runs handlers
+    there)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
 
 
 def format_window(record: dict) -> str:

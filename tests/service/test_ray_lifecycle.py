@@ -55,8 +55,9 @@ def server(tmp_path_factory):
     assert server.app.state.ray_head.info is None
 
 
-def session_processes(session: int, name: str) -> list[int]:
-    """Pids named `name` in the process session `session` (the head runs in a session of its own)."""
+def session_processes(session: int, name: str = "") -> list[int]:
+    """Pids of the live processes named `name` (any, if "") in the process session `session` (the Ray head
+    runs in a session of its own); zombies are left out."""
     found = []
     for stat_file in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -64,9 +65,8 @@ def session_processes(session: int, name: str) -> list[int]:
         except OSError:
             continue
         comm, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-        if (
-            comm.startswith(name[:15]) and int(rest[3]) == session
-        ):  # fields after comm: state ppid pgrp session
+        # fields after comm: state ppid pgrp session
+        if comm.startswith(name[:15]) and rest[0] != "Z" and int(rest[3]) == session:
             found.append(int(stat_file.parent.name))
     return found
 
