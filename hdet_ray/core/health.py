@@ -230,10 +230,15 @@ def stuck(
     return _stuck(stats, lowest, initial, config, chance)
 
 
+BLEW_UP = "loss blew up"
+NON_FINITE = "non-finite"
+"""How `_reason` begins the reasons that are blow-ups (`blew_up` reads them back: one place for both)."""
+
+
 def blew_up(reason: str) -> bool:
     """Whether an unhealthy replica's reason (as `assess` gives it) is a blow-up: its loss, or a non-finite
     loss or parameter; not a fall back to chance nor the stuck rule."""
-    return reason.startswith(("loss blew up", "non-finite"))
+    return reason.startswith((BLEW_UP, NON_FINITE))
 
 
 def gave_back(loss: float, lowest: float, initial: float) -> bool:
@@ -290,11 +295,11 @@ def _reason(
     config: HealthConfig,
 ) -> str | None:
     if not s.params_finite:
-        return "non-finite parameters"
+        return f"{NON_FINITE} parameters"
     if s.count == 0:
         return None  # no loss reported: judged on parameters alone
     if not (math.isfinite(s.mean_loss) and math.isfinite(s.tail_loss)):
-        return "non-finite loss"
+        return f"{NON_FINITE} loss"
     # the more telling reason first: a learned network back at chance has usually blown up as well
     if chance is not None and math.isfinite(chance) and chance > 0:
         own_minimum = s.min_loss if trust_minimum else math.inf
@@ -309,5 +314,5 @@ def _reason(
         and worst > config.blowup_factor * reference
         and worst - reference > floor
     ):
-        return f"loss blew up ({worst:.4g} > {config.blowup_factor:g} x reference {reference:.4g})"
+        return f"{BLEW_UP} ({worst:.4g} > {config.blowup_factor:g} x reference {reference:.4g})"
     return None
