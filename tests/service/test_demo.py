@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def test_demo_runs_a_real_job_and_sigterm_stops_it_with_its_ray_head():
         stderr=subprocess.STDOUT,
         text=True,
     )
-    out, seen, head_pid = _lines(proc), [], None
+    out, seen, head_pid, data_dir = _lines(proc), [], None, None
     try:
         data = _until(out, seen, lambda line: line.strip().startswith("data:"), 300)
         data_dir = Path(data.split("data:", 1)[1].split(" (", 1)[0].strip())
@@ -95,3 +96,5 @@ def test_demo_runs_a_real_job_and_sigterm_stops_it_with_its_ray_head():
             for pid in session_processes(head_pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+        if data_dir is not None and data_dir.name.startswith("hdet-demo-"):
+            shutil.rmtree(data_dir, ignore_errors=True)  # the demo keeps its folder for the user, a test not
