@@ -48,17 +48,15 @@ def main(args: argparse.Namespace) -> int:
 
     port = args.port or free_port()
     env = Settings()
-    fresh = not args.data_dir and "HDET_DATA_DIR" not in os.environ
-    if fresh:
-        data_dir = Path(tempfile.mkdtemp(prefix="hdet-demo-"))
+    update: dict[str, object] = {"public_url": public_url(args.host, port)}
+    if args.data_dir or "HDET_DATA_DIR" in os.environ:
+        update["data_dir"] = Path(args.data_dir) if args.data_dir else env.data_dir
     else:
-        data_dir = Path(args.data_dir) if args.data_dir else env.data_dir
-    update: dict[str, object] = {"data_dir": data_dir, "public_url": public_url(args.host, port)}
-    if fresh:
-        # no later service will know this new folder, so none could adopt a head left running for its
+        # a new folder that no later service will know, so none could adopt a head left running for its
         # unfinished jobs: stopping the demo ends its head whatever runs on it
-        update["head_on_exit"] = "stop"
+        update |= {"data_dir": Path(tempfile.mkdtemp(prefix="hdet-demo-")), "head_on_exit": "stop"}
     settings = env.model_copy(update=update)
+    data_dir = settings.data_dir
     token, _ = load_or_create_token(settings)
     settings = settings.model_copy(update={"token": token})
     server = uvicorn.Server(
