@@ -28,6 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from benchmarks import common
+from benchmarks.pool import leave_process
 
 WIDTH = 1024
 STEPS, SYNC_EVERY = 12, 5
@@ -145,6 +146,7 @@ def _rank(rank: int, world: int, init_file: str, out: str) -> None:
         dist.destroy_process_group()
     if rank == 0:
         common.write_json(Path(out), rows)
+    leave_process()
 
 
 def run(world: int) -> list[dict[str, Any]]:
