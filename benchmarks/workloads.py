@@ -15,7 +15,8 @@ momentum), then two added after every default of 2026-12-03 was fixed: `vit` (a 
 digits' 2x2 patches, AdamW) and `resnet` (a residual CNN with GroupNorm on the digits, SGD + momentum).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
-final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one.
+final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
+(and, with `replica_validation`, every replica's own validation metric at each window's end).
 """
 
 from __future__ import annotations
@@ -407,6 +408,7 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         net = DistributedDataParallel(model) if world > 1 else model
         scheduler = OneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps)
     batches = task.batches(rank, world, seed)
+    replica_val: list[list[list[float]]] = []
     diverged = False
     try:
         for i in range(steps):
@@ -416,6 +418,10 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
             optimizer.step()
             if hdet is not None:
                 window = hdet.window
+                if job.get("replica_validation") and (
+                    hdet.state.in_window + 1 == hdet.sync_every or i == steps - 1
+                ):
+                    replica_val.append(_replica_validation(task, model, hdet.multipliers["lr"], world))
                 hdet.step(loss=loss)
                 if i == steps - 1:
                     hdet.finish()
@@ -439,4 +445,19 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         out["records"] = [r.to_dict() for r in hdet.records]
         out["centres"] = [math.exp(r.params["lr"].new_offset) for r in hdet.records]
         out["rollbacks"] = sum(r.rollback for r in hdet.records)
+        if job.get("replica_validation"):
+            out["replica_validation"] = replica_val
     return out
+
+
+def _replica_validation(task: Task, model: nn.Module, multiplier: float, world: int) -> list[list[float]]:
+    """Every replica's own validation metric and rate multiplier at a window's last step, before the
+    average: [[metric, multiplier] per rank] (`benchmarks.val_signal`)."""
+    import torch.distributed as dist
+
+    mine = torch.tensor([task.evaluate(model)[task.metric], multiplier], dtype=torch.float64)
+    if world == 1:
+        return [mine.tolist()]
+    every = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    return [t.tolist() for t in every]
