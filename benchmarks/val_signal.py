@@ -138,11 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="the MLP at its oracle's rate, seed 0")
     parser.add_argument("--report-only", action="store_true", help="print the table from the stored runs")
-    parser.add_argument("--out", type=Path, default=None, help="runs file (JSON lines; default: stored)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="runs file (JSON lines; default: results/full, or quick)"
+    )
     args = parser.parse_args(argv)
     names = ("mlp",) if args.quick else tuple(SEEDS)
     seeds = {"mlp": (0,)} if args.quick else SEEDS
-    out = args.out or common.results_dir("full") / "val_signal_runs.jsonl"
+    out = args.out or common.results_dir("quick" if args.quick else "full") / "val_signal_runs.jsonl"
     todo = [j for j in jobs(names, seeds) if not args.quick or j["key"].startswith("mlp/oracle/")]
     if not args.report_only:
         run_jobs(workloads.run, todo, quality.REPLICAS, out)
