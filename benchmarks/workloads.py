@@ -12,7 +12,8 @@ families no default was chosen on: `regression` (a teacher-student regression, M
 Adam), `gru` (a GRU byte LM, Adam), `softmax` (softmax regression on the digits: convex, SGD + momentum) and
 `tabular` (synthetic tabular classification on features of scales 0.1 to 10, an MLP with dropout, SGD +
 momentum), then two added after every default of 2026-12-03 was fixed: `vit` (a vision transformer on the
-digits' 2x2 patches, AdamW) and `resnet` (a residual CNN with GroupNorm on the digits, SGD + momentum).
+digits' 2x2 patches, AdamW) and `resnet` (a residual CNN with GroupNorm on the digits, SGD + momentum), and
+on 2026-12-04 `autoencoder` (an undercomplete autoencoder on the digits, reconstruction MSE, AdamW).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -31,7 +32,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import OneCycleLR
 
-from hdet_ray.tasks import ByteLM, Digits, Task
+from hdet_ray.tasks import ByteLM, Digits, Task, _digits
 
 
 @dataclass
@@ -57,6 +58,40 @@ class DigitsCNN(Digits):
                 nn.Flatten(),
                 nn.Linear(2 * c * 16, 10),
             )
+
+
+@dataclass
+class DigitsAutoencoder(Digits):
+    """An undercomplete autoencoder on the 8x8 digits (64 -> 64 -> 8 -> 64 -> 64, SiLU): no labels, the loss
+    and metric the reconstruction's MSE on the digits' held-out images. No chance level: not a classifier."""
+
+    hidden: int = 64
+    code: int = 8
+    name: str = field(default="digits_autoencoder", init=False)
+    chance_loss: float | None = field(default=None, init=False)  # type: ignore[assignment]
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            h, c = self.hidden, self.code
+            return nn.Sequential(
+                nn.Linear(64, h),
+                nn.SiLU(),
+                nn.Linear(h, c),
+                nn.SiLU(),
+                nn.Linear(c, h),
+                nn.SiLU(),
+                nn.Linear(h, 64),
+            )
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, _ = batch
+        return nn.functional.mse_loss(model(x), x)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x = _digits()[0][: self.validation]  # the digits' fixed split: the images Digits holds out
+        return {"val_loss": float(nn.functional.mse_loss(model(x), x))}
 
 
 @dataclass
@@ -337,6 +372,7 @@ TASKS = {
     "tabular": (Tabular, {}, "sgd"),
     "vit": (DigitsViT, {}, "adamw"),
     "resnet": (DigitsResNet, {}, "sgd"),
+    "autoencoder": (DigitsAutoencoder, {}, "adamw"),
 }
 
 

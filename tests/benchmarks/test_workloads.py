@@ -1,0 +1,25 @@
+"""Every benchmark workload builds, takes a batch and reports its metric (one process, no training)."""
+
+import math
+
+import pytest
+
+from benchmarks import workloads
+
+
+@pytest.mark.parametrize("name", sorted(workloads.TASKS))
+def test_a_workload_builds_and_its_loss_and_metric_are_finite(name):
+    task, optimizer = workloads.build(name)
+    model = task.model(0)
+    loss = task.loss(model, next(task.batches(0, 4, 0))).detach()
+    assert loss.dim() == 0 and math.isfinite(loss.item())
+    assert math.isfinite(task.evaluate(model)[task.metric])
+    assert optimizer in {"sgd", "adam", "adamw"}
+
+
+def test_the_autoencoder_reconstructs_its_input_and_names_no_chance_level():
+    task, _ = workloads.build("autoencoder")
+    model = task.model(0)
+    x, _ = next(task.batches(0, 1, 0))
+    assert model(x).shape == x.shape
+    assert task.chance_loss is None  # a dead autoencoder outputs the mean image, far below its first loss
