@@ -240,6 +240,9 @@ class Health(_Model):
     regressed_start: bool = core_default(HealthConfig, "regressed_start")
     replica_learned: bool = core_default(HealthConfig, "replica_learned")
     stuck_after_blowup: bool = core_default(HealthConfig, "stuck_after_blowup")
+    stuck_above_best: float | None = Field(
+        core_default(HealthConfig, "stuck_above_best"), gt=1, description="null: off"
+    )
 
     @field_validator("chance_loss")
     @classmethod
@@ -261,6 +264,7 @@ class Health(_Model):
             regressed_start=self.regressed_start,
             replica_learned=self.replica_learned,
             stuck_after_blowup=self.stuck_after_blowup,
+            stuck_above_best=self.stuck_above_best,
         )
 
 

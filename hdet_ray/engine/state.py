@@ -23,6 +23,7 @@ from hdet_ray.core.health import (
     assess,
     blew_up,
     gave_back,
+    left_best,
     start_loss,
     stuck,
 )
@@ -86,12 +87,16 @@ class HealthMemory:
         """Whether a fully healthy window's converged state may become the rollback target: not when its
         median gave back over half of what the run had learned (`core.health.gave_back`), nor when it is
         above the run's initial loss (no better than the start, which is kept first; a network can die over
-        a window whose replicas all look healthy before it has learned anything). `stuck_spread=0`: always."""
+        a window whose replicas all look healthy before it has learned anything), nor when it is above the
+        run's best median by more than `stuck_above_best` allows (`core.health.left_best`: a rollback to the
+        level of a collapsed network restores the collapse). `stuck_spread=0`: always."""
         finite = [x for x in losses if math.isfinite(x)]
         if config is None or config.stuck_spread <= 0 or not finite:
             return True
         median = statistics.median_high(finite)
         if math.isfinite(self.initial_loss) and median > self.initial_loss:
+            return False
+        if left_best(median, self.best_loss, config):
             return False
         return not gave_back(median, self.best_loss, self.initial_loss)
 

@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from hdet_ray.core.health import HealthConfig, ReplicaStats, assess
 
 
@@ -214,3 +216,33 @@ def test_a_network_killed_before_it_learned_is_stuck_once_a_replica_has_blown_up
     # replicas that still answer to their rates are alive
     apart = [stats(x, first=2.31) for x in (2.27, 2.32, 2.36, 2.40)]
     assert assess(apart, HealthConfig(), **memory, blown=True)[0] == [True] * 4
+
+
+def test_replicas_level_whatever_their_rate_well_above_the_run_s_best_are_stuck():
+    # benchmarks.unseen's autoencoder from 10x too high, seed 0: its loss fell from 0.25 to 0.050, rose in
+    # the rise, and from there every replica sat at the loss of the training images' mean whatever its rate,
+    # far below the first loss that the other stuck rules read as chance
+    dead = [stats(x, first=0.0737) for x in (0.0737, 0.0738, 0.0745, 0.0742)]
+    memory = dict(previous=0.0741, best=0.0502, initial=0.2547, stuck_before=1)
+    healthy, reasons = assess(dead, HealthConfig(), **memory)
+    assert healthy == [False] * 4
+    assert all("above 1.25 x the run's best 0.0502" in r for r in reasons.values())
+    assert assess(dead, HealthConfig(stuck_above_best=None), **memory)[0] == [True] * 4
+    assert assess(dead, HealthConfig(stuck_above_best=1.5), **memory)[0] == [True] * 4  # 0.074 < 1.5 x 0.050
+    # one such window is not enough (stuck_windows)
+    assert assess(dead, HealthConfig(), **{**memory, "stuck_before": 0})[0] == [True] * 4
+    # level near its best is a run that has converged, not a dead one
+    near = [stats(x, first=0.055) for x in (0.0550, 0.0552, 0.0556, 0.0553)]
+    assert assess(near, HealthConfig(), **memory)[0] == [True] * 4
+    # replicas that still answer to their rates are alive, however far above their best
+    apart = [stats(x, first=0.08) for x in (0.070, 0.076, 0.082, 0.090)]
+    assert assess(apart, HealthConfig(), **memory)[0] == [True] * 4
+    # judged on the difference: a negative loss (a log-density) that rose from -2.0 to -1.0 has left its best
+    negative = [stats(x, first=-1.0) for x in (-1.000, -1.001, -1.002, -1.003)]
+    memory_negative = dict(previous=-1.0, best=-2.0, initial=3.0, stuck_before=1)
+    assert assess(negative, HealthConfig(), **memory_negative)[0] == [False] * 4
+
+
+def test_stuck_above_best_must_be_above_one():
+    with pytest.raises(ValueError, match="stuck_above_best must be > 1 or None"):
+        HealthConfig(stuck_above_best=1.0)

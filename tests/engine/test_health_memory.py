@@ -38,6 +38,15 @@ def test_a_window_above_the_initial_loss_is_no_rollback_target():
     assert memory(-1.0, -1.2, -1.1).worth_keeping([-1.25, -1.2], HealthConfig())
 
 
+def test_a_window_well_above_the_run_s_best_is_no_rollback_target():
+    # the autoencoder from 10x too high: learned from 0.25 to 0.050, then fully healthy windows at 0.075 on
+    # the way to the mean image's plateau; a rollback to one of them restored the plateau (stuck_above_best)
+    regressed = [0.0747, 0.0758, 0.0782, 0.0745]
+    assert not memory(0.0514, 0.0514, 0.2547).worth_keeping(regressed, HealthConfig())
+    assert memory(0.0514, 0.0514, 0.2547).worth_keeping(regressed, HealthConfig(stuck_above_best=None))
+    assert memory(0.0514, 0.0514, 0.2547).worth_keeping([0.060, 0.061, 0.062, 0.059], HealthConfig())
+
+
 def test_the_run_start_is_recorded_once_with_health_checks_on_or_off():
     # the controller's `fit_floor` reads it (`Window.initial_loss`), so it is kept even with health off
     from hdet_ray.core.health import ReplicaStats
