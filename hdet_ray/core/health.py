@@ -118,8 +118,9 @@ class HealthConfig:
     stuck_above_best: float | None = 1.25
     """A window is also dead when its replicas' losses agree within `stuck_spread` whatever their rates while
     their median is above this multiple of the run's best window median (judged on the difference, so a
-    negative loss reads right), and such a window is no rollback target. The network has left where it
-    had got to and no rate of the spread moves it: `benchmarks.unseen`'s autoencoder from 10x too high
+    negative loss reads right; the rise must also give back over 5% of the run's progress from its initial
+    loss, so a doubling near zero loss is not it), and such a window is no rollback target. The network
+    has left where it had got to and no rate of the spread moves it: `benchmarks.unseen`'s autoencoder from 10x too high
     (seeds 0 and 4) had its loss rise in the rise, then every replica sat at the loss of the training
     images' mean (0.073, the run's best 0.050, its first loss 0.25) for the rest of the run, below the
     first loss that the other stuck rules read as chance; a rollback to the last kept state restored the
@@ -252,13 +253,25 @@ def stuck(
     return _stuck(stats, lowest, initial, config, chance, run_best)
 
 
-def left_best(loss: float, best: float, config: HealthConfig) -> bool:
+def left_best(loss: float, best: float, config: HealthConfig, initial: float = math.nan) -> bool:
     """Whether `loss` is above the run's best window median by more than `stuck_above_best` allows (judged
-    on the difference: (factor - 1) x |best|); False when the rule is off or nothing is known yet."""
+    on the difference: (factor - 1) x |best|) and, given the run's `initial` loss, by more than
+    `_LEFT_BEST_PROGRESS` of the progress from it to `best`; False when the rule is off or nothing is known
+    yet. The stuck rule, which acts, passes `initial`: near zero loss a rise from 1e-4 to 2e-4 doubles the
+    loss and gives back 0.005% of the progress from 2.3, noise rather than a network that left its best.
+    The rollback target's choice does not: refusing such a window only keeps an earlier state as the
+    target (over the recorded runs the floor would move one rollback's target, of 266)."""
     factor = config.stuck_above_best
     if factor is None or not (math.isfinite(loss) and math.isfinite(best)):
         return False
-    return loss - best > (factor - 1.0) * abs(best)
+    rise = loss - best
+    progress = max(initial - best, 0.0) if math.isfinite(initial) else 0.0
+    return rise > (factor - 1.0) * abs(best) and rise > _LEFT_BEST_PROGRESS * progress
+
+
+_LEFT_BEST_PROGRESS = 0.05
+"""`left_best`'s floor: the share of the run's progress a rise must give back (the autoencoder's plateau gave
+back 12%: 0.050 -> 0.074 of 0.25 -> 0.050)."""
 
 
 BLEW_UP = "loss blew up"
@@ -315,7 +328,7 @@ def _stuck(
             f"stuck: every replica at {median:.4g} whatever its rate, at chance {chance:.4g} or above "
             "after a replica blew up"
         )
-    if left_best(min(losses), run_best, config):
+    if left_best(min(losses), run_best, config, initial):
         return (
             f"stuck: every replica at {median:.4g} whatever its rate, above {config.stuck_above_best:g} x "
             f"the run's best {run_best:.4g}"

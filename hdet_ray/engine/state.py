@@ -96,7 +96,7 @@ class HealthMemory:
         median = statistics.median_high(finite)
         if math.isfinite(self.initial_loss) and median > self.initial_loss:
             return False
-        if left_best(median, self.best_loss, config):
+        if left_best(median, self.best_loss, config):  # no progress floor: it only picks a target
             return False
         return not gave_back(median, self.best_loss, self.initial_loss)
 

@@ -237,6 +237,10 @@ def test_replicas_level_whatever_their_rate_well_above_the_run_s_best_are_stuck(
     # replicas that still answer to their rates are alive, however far above their best
     apart = [stats(x, first=0.08) for x in (0.070, 0.076, 0.082, 0.090)]
     assert assess(apart, HealthConfig(), **memory)[0] == [True] * 4
+    # near zero loss a doubling is noise: 1e-4 to 2e-4 gives back 0.005% of the progress from 2.3
+    tiny = [stats(x, first=2.0e-4) for x in (2.00e-4, 2.01e-4, 2.02e-4, 2.03e-4)]
+    memory_tiny = dict(previous=2.0e-4, best=1.0e-4, initial=2.3, stuck_before=1)
+    assert assess(tiny, HealthConfig(), **memory_tiny)[0] == [True] * 4
     # judged on the difference: a negative loss (a log-density) that rose from -2.0 to -1.0 has left its best
     negative = [stats(x, first=-1.0) for x in (-1.000, -1.001, -1.002, -1.003)]
     memory_negative = dict(previous=-1.0, best=-2.0, initial=3.0, stuck_before=1)
