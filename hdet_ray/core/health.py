@@ -120,15 +120,16 @@ class HealthConfig:
     their median is above this multiple of the run's best window median (judged on the difference, so a
     negative loss reads right; the rise must also give back over 5% of the run's progress from its initial
     loss, so a doubling near zero loss is not it), and such a window is no rollback target. The network
-    has left where it had got to and no rate of the spread moves it: `benchmarks.unseen`'s autoencoder from 10x too high
-    (seeds 0 and 4) had its loss rise in the rise, then every replica sat at the loss of the training
-    images' mean (0.073, the run's best 0.050, its first loss 0.25) for the rest of the run, below the
-    first loss that the other stuck rules read as chance; a rollback to the last kept state restored the
-    plateau, so a window this far above the best is not kept as the target either. Over the 1,390
-    recorded HDET runs the stuck condition (two windows in a row) holds in those runs alone; side by side
-    from 10x too high on 7 cells x 5 seeds (`benchmarks/results/full/stuck_above_best_runs.jsonl`) the rule
-    changed 5 runs of 35, each for the better (the autoencoder's two dead seeds 4.29x -> 1.60x and 1.92x of
-    the oracle, the rest through an earlier rollback target). The factor was not tuned. None: off."""
+    has left where it had got to and no rate of the spread moves it: `benchmarks.unseen`'s autoencoder
+    from 10x too high (seeds 0 and 4) had its loss rise in the rise, then every replica sat at the loss of
+    the training images' mean (0.073, the run's best 0.050, its first loss 0.25) for the rest of the run,
+    below the first loss that the other stuck rules read as chance; a rollback to the last kept state
+    restored the plateau, so a window this far above the best is not kept as the target either. Over the
+    1,390 recorded HDET runs the stuck condition (two windows in a row) holds in those runs alone; side by
+    side from 10x too high on 7 cells x 5 seeds (`benchmarks/results/full/stuck_above_best_runs.jsonl`)
+    the rule changed 5 runs of 35, each for the better (the autoencoder's two dead seeds 4.29x -> 1.60x
+    and 1.92x of the oracle, the rest through an earlier rollback target). The factor was not tuned. None:
+    off."""
 
     def __post_init__(self) -> None:
         if self.stuck_above_best is not None and not self.stuck_above_best > 1.0:
