@@ -126,8 +126,8 @@ class HealthConfig:
     below the first loss that the other stuck rules read as chance; a rollback to the last kept state
     restored the plateau, so a window this far above the best is not kept as the target either. Over the
     1,390 recorded HDET runs the stuck condition (two windows in a row) holds in those runs alone; side by
-    side from 10x too high on 7 cells x 5 seeds (`benchmarks/results/full/stuck_above_best_runs.jsonl`)
-    the rule changed 5 runs of 35, each for the better (the autoencoder's two dead seeds 4.29x -> 1.60x
+    side from 10x too high on 11 cells x 5 seeds (`benchmarks/results/full/stuck_above_best_runs.jsonl`)
+    the rule changed 5 runs of 55, each for the better (the autoencoder's two dead seeds 4.29x -> 1.60x
     and 1.92x of the oracle, the rest through an earlier rollback target). The factor was not tuned. None:
     off."""
 
