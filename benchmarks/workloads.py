@@ -13,7 +13,9 @@ Adam), `gru` (a GRU byte LM, Adam), `softmax` (softmax regression on the digits:
 `tabular` (synthetic tabular classification on features of scales 0.1 to 10, an MLP with dropout, SGD +
 momentum), then two added after every default of 2026-12-03 was fixed: `vit` (a vision transformer on the
 digits' 2x2 patches, AdamW) and `resnet` (a residual CNN with GroupNorm on the digits, SGD + momentum), and
-on 2026-12-04 `autoencoder` (an undercomplete autoencoder on the digits, reconstruction MSE, AdamW).
+on 2026-12-04 `autoencoder` (an undercomplete autoencoder on the digits, reconstruction MSE, AdamW), then
+`cnn_rmsprop` (a CNN with no normalization layer, RMSprop) and `deep_mlp` (a deep ReLU MLP with no
+normalization layer, NAdam).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -37,22 +39,25 @@ from hdet_ray.tasks import ByteLM, Digits, Task, _digits
 
 @dataclass
 class DigitsCNN(Digits):
-    """A small CNN with BatchNorm on the 8x8 digits images (the MLP's data, split and metric)."""
+    """A small CNN with BatchNorm on the 8x8 digits images (the MLP's data, split and metric); with
+    `batch_norm=False` the same CNN with no normalization layer."""
 
     channels: int = 16
+    batch_norm: bool = True
     name: str = field(default="digits_cnn", init=False)
 
     def model(self, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             c = self.channels
+            norm = nn.BatchNorm2d if self.batch_norm else lambda _: nn.Identity()
             return nn.Sequential(
                 nn.Unflatten(1, (1, 8, 8)),
                 nn.Conv2d(1, c, 3, padding=1),
-                nn.BatchNorm2d(c),
+                norm(c),
                 nn.ReLU(),
                 nn.Conv2d(c, 2 * c, 3, padding=1),
-                nn.BatchNorm2d(2 * c),
+                norm(2 * c),
                 nn.ReLU(),
                 nn.MaxPool2d(2),
                 nn.Flatten(),
@@ -324,12 +329,33 @@ class DigitsResNet(Digits):
             return _ResNet(self.channels)
 
 
+@dataclass
+class DigitsDeepMLP(Digits):
+    """A deep ReLU MLP with no normalization layer on the digits: 6 hidden layers of 64."""
+
+    depth: int = 6
+    width: int = 64
+    name: str = field(default="digits_deep_mlp", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            layers: list[nn.Module] = []
+            size = 64
+            for _ in range(self.depth):
+                layers += [nn.Linear(size, self.width), nn.ReLU()]
+                size = self.width
+            return nn.Sequential(*layers, nn.Linear(size, 10))
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
     task: Task
     optimizer: str
-    """'sgd' (momentum 0.9, cycled by OneCycle), 'adam' or 'adamw' (weight decay 0.01)."""
+    """'sgd' (momentum 0.9, cycled by OneCycle), 'adam', 'adamw' (weight decay 0.01), 'nadam' or 'rmsprop'
+    (torch's defaults; OneCycle cycles NAdam's beta1, and RMSprop's momentum from 0.95 to 0.85 and back, as
+    torch's `OneCycleLR` does for any optimizer with a `momentum` setting)."""
     steps: int
     sync_every: int
 
@@ -344,6 +370,10 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
         return torch.optim.Adam(params, lr=lr)
     if kind == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    if kind == "nadam":
+        return torch.optim.NAdam(params, lr=lr)
+    if kind == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr)
     if kind == "prodigy":
         from prodigyopt import Prodigy
 
@@ -373,6 +403,8 @@ TASKS = {
     "vit": (DigitsViT, {}, "adamw"),
     "resnet": (DigitsResNet, {}, "sgd"),
     "autoencoder": (DigitsAutoencoder, {}, "adamw"),
+    "cnn_rmsprop": (DigitsCNN, {"batch_norm": False}, "rmsprop"),
+    "deep_mlp": (DigitsDeepMLP, {}, "nadam"),
 }
 
 
