@@ -159,6 +159,8 @@ class Cell:
             out = holdout.job("full", self.workload, seed, arm, self.k)
         out["key"] = f"{self.text}/{seed}/{variant}"
         if arm == "hdet":
+            settings = dict(settings)
+            out.update(settings.pop("job", {}))  # job-level fields (`{"job": {"ddp": true}}`), not HDET's
             out["hdet"] = settings
         return out
 

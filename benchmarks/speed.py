@@ -5,8 +5,9 @@
 
 Each configuration trains the same model on synthetic data with AdamW for `warmup + timed` steps; steps/s
 is rank 0's timed steps over their wall time (one sync included: sync every 50 steps, as the target says).
-`shared_grad+ddp` is HDET shared_grad on a DDP-wrapped model (DDP averages the gradients, overlapped with
-the backward pass; HDET then applies each rank's own rate).
+`shared_grad+ddp` is HDET shared_grad on a DDP-wrapped model passed as `model=`: since 2026-12-04 the
+scheduler holds DDP's all-reduce off and averages the gradients itself (before, DDP averaged them,
+overlapped with the backward pass), so it measures what a user's DDP script pays for the wrapper.
 The three modes alternate within each repeat so that load from other users of the machine spreads over
 all of them. The controller's cost per window is timed separately (in-process `decide`, and a round trip
 through a minimal Ray actor hosting the same controller) and set against the window's measured time.

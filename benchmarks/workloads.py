@@ -444,7 +444,8 @@ def perturb_(model: nn.Module, scale: float, seed: int) -> None:
 
 def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     """job: workload, steps, sync_every, max_lr, seed, arm ('fixed' | 'hdet' | 'lrfree'), hdet (kwargs);
-    optionally perturb and perturb_seed (`perturb_`: the initial weights' last digits changed)."""
+    optionally perturb and perturb_seed (`perturb_`: the initial weights' last digits changed), and ddp (the
+    HDET arm's model DDP-wrapped and passed to the scheduler, as a user's DDP script does)."""
     task, opt_kind = build(job["workload"])
     seed, steps = int(job["seed"]), int(job["steps"])
     # the global generator (dropout's masks) starts from the job, not from whatever job this process ran last
@@ -460,14 +461,15 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     if arm == "hdet":
         from hdet_ray import HDETDivergedError, HDETOneCycleLR
 
-        net = model
+        # `ddp`: the user's DDP wrapper kept and passed as `model=` (the README's three-line change)
+        net = DistributedDataParallel(model) if job.get("ddp") and world > 1 else model
         options = hdet_options(job.get("hdet", {}))
         options.setdefault("sync_every", job["sync_every"])
         hdet = HDETOneCycleLR(
             optimizer,
             max_lr=job["max_lr"],
             total_steps=steps,
-            model=model,
+            model=net,
             seed=seed,
             **options,
         )

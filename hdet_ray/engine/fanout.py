@@ -1,16 +1,21 @@
 """Fan-out between syncs: under `shared_grad`, every rank applies the mean gradient with its own rate.
 
-`average_gradients` is the per-step collective (called from an optimizer pre-step hook); `already_averaged`
-reads its first result to see whether something (DistributedDataParallel) averaged the gradients before it,
-so that the scheduler can warn about a second, redundant all-reduce. (An earlier version searched
-`gc.get_objects()` for a DDP module; under torchrun that scan intermittently aborted the process.)
+`average_gradients` is the per-step collective, run by `AfterBackward` at the end of each backward pass
+(where DDP all-reduces, so a gradient clip between `backward()` and `optimizer.step()` sees the mean);
+`already_averaged` reads its first result to see whether something (a DistributedDataParallel module the
+scheduler was not given) averaged the gradients before it, so that the scheduler can warn about a second,
+redundant all-reduce. (An earlier version searched `gc.get_objects()` for a DDP module; under torchrun that
+scan intermittently aborted the process.) A DDP module the scheduler is given is held in `no_sync()`
+(`HoldDDP`): the scheduler's own average, which one unstable replica cannot poison, replaces DDP's plain one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import torch
 import torch.distributed as dist
@@ -111,5 +116,44 @@ def already_averaged(norms: torch.Tensor) -> bool:
     return len(values) > 1 and values[0] > 0 and all(v == values[0] for v in values)
 
 
-def is_ddp(model: object) -> bool:
+def is_ddp(model: object) -> TypeGuard[torch.nn.parallel.DistributedDataParallel]:
     return isinstance(model, torch.nn.parallel.DistributedDataParallel)
+
+
+class AfterBackward:
+    """Calls `fn()` once at the end of every backward pass that accumulated a gradient into any of `params`,
+    after the last of them (a callback queued on the autograd engine, as DDP queues its all-reduce's end).
+    What runs between `backward()` and `optimizer.step()` (a gradient clip, a GradScaler's unscale) then
+    sees what `fn` made of the gradients, as it would under DDP."""
+
+    def __init__(self, params: Sequence[torch.Tensor], fn: Callable[[], None]) -> None:
+        self._fn = fn
+        self._queued = False
+        self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in params if p.requires_grad]
+
+    def _hook(self, param: torch.Tensor) -> None:
+        if not self._queued:
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._run)
+
+    def _run(self) -> None:
+        self._queued = False
+        self._fn()
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+class HoldDDP:
+    """Keeps a DistributedDataParallel module in `no_sync()` until `remove()`: DDP neither all-reduces the
+    gradients (the scheduler averages them, or under `local` nothing does) nor broadcasts rank 0's buffers
+    at each forward (each replica keeps its own, as an unwrapped model does, until the sync averages them)."""
+
+    def __init__(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(ddp.no_sync())
+
+    def remove(self) -> None:
+        self._stack.close()

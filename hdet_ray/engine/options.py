@@ -82,7 +82,8 @@ class HDETOptions:
     """A log-spread factor for the first window's rate (a range test across replicas)."""
     model: Any = None
     """The module whose parameters the optimizer holds (or its DDP wrapper): buffers, `module:` targets,
-    `noise`. With a DDP-wrapped model, DDP averages the gradients and HDET does not."""
+    `noise`. A DDP-wrapped model is held in `no_sync()` while the scheduler lives (`close()` ends it): HDET
+    averages the gradients (`shared_grad`) or nothing does (`local`), never DDP's plain all-reduce."""
     noise: float = 0.0
     """nu of the warm noisy start (per-rank Gaussian noise of std nu * ||theta|| / sqrt(d))."""
     seed: int = 0

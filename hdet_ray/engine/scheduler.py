@@ -7,8 +7,9 @@
 
 Every rank of the default process group is one replica. Between syncs each rank trains under its own
 multiplier of every explored hyperparameter, value_r = base(t) * exp(offset) * rho_r, where base(t) is
-OneCycle's value (`fanout='shared_grad'`: gradients are averaged every step, as DDP does, and each rank
-applies them with its own rate; `'local'`: no collective at all). Every `sync_every` steps the replicas are
+OneCycle's value (`fanout='shared_grad'`: gradients are averaged at the end of every backward pass, as DDP
+does, and each rank applies them with its own rate; `'local'`: no collective at all; a DDP `model` is held
+in `no_sync()` either way). Every `sync_every` steps the replicas are
 averaged and the controller moves the offsets (`engine/sync.py`). The pieces: `HDETOptions` (options.py),
 `HDETState` (state.py), `WindowSync` (sync.py), `DecisionCodec` (codec.py), `average_gradients` (fanout.py),
 `Snapshot` (rollback.py).
@@ -25,7 +26,6 @@ from typing import Any, Literal, cast
 import torch
 import torch.distributed as dist
 from torch.optim.lr_scheduler import OneCycleLR
-from torch.utils.hooks import RemovableHandle
 
 from hdet_ray.core.controller import DEFAULT_CONTROLLER, Controller, make_controller
 from hdet_ray.core.health import HealthConfig
@@ -142,6 +142,7 @@ class HDETOneCycleLR(OneCycleLR):
                                 params=self._params, optimizer=optimizer, controller=self.controller,
                                 snapshot=self._snapshot, base_of=self._base_of,
                                 total_steps=self.total_steps, peak_of=self._peak_of)  # fmt: skip
+        self._held_ddp: fanouts.HoldDDP | None = None
         self._grad_hook = self._fanout_hook()
         self._checked_ddp = False
         # the window hypergradient (what the evidence controller reads by default): the window's start state
@@ -153,19 +154,15 @@ class HDETOneCycleLR(OneCycleLR):
         )
         self._start()
 
-    def _fanout_hook(self) -> RemovableHandle | None:
-        """shared_grad: average gradients before every optimizer step, unless DDP (the `model`) does it."""
+    def _fanout_hook(self) -> fanouts.AfterBackward | None:
+        """shared_grad: average the gradients at the end of every backward pass. A DDP `model` is held in
+        `no_sync()` (either fan-out): its plain all-reduce would let one unstable replica's gradient into
+        every replica's step, and under `local` it would average what should stay apart."""
         model = self.options.model
-        if self.options.fanout == "local" and fanouts.is_ddp(model):
-            warnings.warn(
-                "HDETOneCycleLR(fanout='local') with a DDP-wrapped model: DDP still all-reduces the "
-                "gradients every step, so the replicas are not independent between syncs; pass the "
-                "unwrapped module (and train it unwrapped) for local fan-out",
-                UserWarning,
-                stacklevel=3,
-            )
-        if self.options.fanout == "shared_grad" and self.replicas > 1 and not fanouts.is_ddp(model):
-            return self.optimizer.register_step_pre_hook(self._average_gradients)
+        if self.replicas > 1 and fanouts.is_ddp(model) and self._held_ddp is None:
+            self._held_ddp = fanouts.HoldDDP(model)
+        if self.options.fanout == "shared_grad" and self.replicas > 1:
+            return fanouts.AfterBackward(self._params, self._average_gradients)
         return None
 
     def _start(self) -> None:
@@ -195,8 +192,8 @@ class HDETOneCycleLR(OneCycleLR):
     def _measure_slope(self, optimizer, args, kwargs) -> None:
         """Before the window's last step: -cos(gradient, the window's step so far, or over its last
         `hypergradient_span` steps; that span's start is kept before its first step) on this rank. Runs after
-        the `shared_grad` average (hooks run in the order registered), so every rank reads the same
-        gradient; under DDP it is averaged already. Only tensor ops: read at the sync with the losses."""
+        the `shared_grad` average (which ends every backward pass), so every rank reads the same
+        gradient. Only tensor ops: read at the sync with the losses."""
         last = cast(int, self.options.sync_every) - 1  # resolved: an int
         if self.state.in_window > 0:  # a span that starts inside the window (at 0: kept at the sync)
             self._keep_window_start(self.state.in_window)
@@ -285,7 +282,7 @@ class HDETOneCycleLR(OneCycleLR):
             return state.base_now[self._lr_groups[hp.name][0]]
         return self._appliers[hp.name].bases()[0]
 
-    def _average_gradients(self, optimizer, args, kwargs) -> None:
+    def _average_gradients(self) -> None:
         if self._assignment.opening:
             # a range test 10x wide would average the top replica's gradient into every replica's update
             # (first-window losses of 1e6 and more): in the opening window the replicas train apart
@@ -301,8 +298,8 @@ class HDETOneCycleLR(OneCycleLR):
                 warnings.warn(
                     "HDETOneCycleLR(fanout='shared_grad'): every rank's gradient was identical before the "
                     "scheduler averaged it, so it was averaged already (a DistributedDataParallel module?), "
-                    "and it is now all-reduced twice. Pass model=<the DDP-wrapped module>: HDET then leaves "
-                    "the gradient average to DDP.",
+                    "and it is now all-reduced twice. Pass model=<the DDP-wrapped module>: HDET then holds "
+                    "DDP's all-reduce off and averages the gradients once itself.",
                     UserWarning,
                     stacklevel=2,
                 )
@@ -434,28 +431,24 @@ class HDETOneCycleLR(OneCycleLR):
         self._assignment = self._draw()
         self._write_values()
 
-    def use_ddp(self, model: torch.nn.Module) -> bool:
-        """The model was wrapped in DDP after this scheduler was built (trainers do that).
-
-        DDP now averages the gradients, so the scheduler stops averaging them too and converges the wrapper.
-        True if a hook of its own was removed."""
+    def use_ddp(self, model: torch.nn.Module) -> None:
+        """The model was wrapped in DDP after this scheduler was built (trainers do that): converge the
+        wrapper at each sync and hold it in `no_sync()`, so that the gradients are averaged once, by the
+        scheduler's average that one unstable replica cannot poison, not by DDP's plain one."""
         if not fanouts.is_ddp(model):
             raise TypeError(f"use_ddp: expected a DistributedDataParallel module, got {type(model).__name__}")
         self.options = replace(self.options, model=model)
         self._sync.options = self.options
-        if self._grad_hook is None:
-            return False
-        self._grad_hook.remove()
-        self._grad_hook = None
-        return True
+        if self.replicas > 1 and self._held_ddp is None:
+            self._held_ddp = fanouts.HoldDDP(model)
 
     def close(self) -> None:
-        """Remove the optimizer hooks (the `shared_grad` average, the hypergradient, a pending rollback
-        snapshot) and drop the window's start state."""
-        for hook in (self._grad_hook, self._slope_hook):
+        """Remove the hooks (the `shared_grad` average, the hypergradient, a pending rollback snapshot),
+        give a held DDP module its gradient sync back and drop the window's start state."""
+        for hook in (self._grad_hook, self._slope_hook, self._held_ddp):
             if hook is not None:
                 hook.remove()
-        self._grad_hook = self._slope_hook = None
+        self._grad_hook = self._slope_hook = self._held_ddp = None
         self._window_start = None
         self._snapshot.close()
 

@@ -3,7 +3,6 @@ the records not yet logged, and one gradient all-reduce per step under the frame
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,17 +23,11 @@ def find_scheduler(candidates: Iterable[Any], where: str) -> HDETOneCycleLR:
 
 
 def single_reduce(scheduler: HDETOneCycleLR, wrapped: torch.nn.Module | None) -> None:
-    """When the framework wrapped the model in DDP after the scheduler was built, DDP already averages the
-    gradients: drop the scheduler's own shared_grad average so they are all-reduced once, not twice."""
-    if not isinstance(wrapped, torch.nn.parallel.DistributedDataParallel):
-        return
-    if not scheduler.use_ddp(wrapped):
-        return
-    warnings.warn(
-        "HDETCallback: the trainer wrapped the model in DDP, which averages gradients; HDET's own "
-        "gradient average is switched off (pass the DDP-wrapped model as `model=` to avoid this)",
-        stacklevel=3,
-    )
+    """When the framework wrapped the model in DDP after the scheduler was built, hand the wrapper to the
+    scheduler (`use_ddp`): it converges the wrapper at each sync and holds DDP's own all-reduce off, so the
+    gradients are averaged once, by the scheduler's average that one unstable replica cannot poison."""
+    if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel):
+        scheduler.use_ddp(wrapped)
 
 
 class StepLoss:

@@ -18,7 +18,9 @@ replica):
     -trainer = L.Trainer(max_steps=1000, strategy="ddp", devices=2)
     +trainer = L.Trainer(max_steps=1000, strategy="ddp", devices=2, callbacks=[HDETCallback()])
 
-`model=self.trainer.model` is the DDP-wrapped module, so gradients are all-reduced once (by DDP). The loss
+`model=self.trainer.model` is the DDP-wrapped module: the scheduler holds DDP's all-reduce off and averages
+the gradients once itself, at the end of each backward pass (as DDP would), with a rank whose gradient is
+non-finite left out and one far above the others' clipped first. The loss
 is the one Lightning back-propagates (`on_before_backward`), averaged over `accumulate_grad_batches`
 micro-batches and handed to `scheduler.observe` before Lightning calls `scheduler.step()`. Every window's
 trajectory (`hdet_ray.integrations.loggers.record_scalars`) goes to each of `trainer.loggers` from rank 0

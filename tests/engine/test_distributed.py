@@ -215,18 +215,21 @@ def shared_grad_step(rank, world):
     # gradients that differ by rank but within the clip (3x the median norm): the plain mean applies
     x = torch.full((4, 3), 1.0 + 0.1 * rank)
     loss = (model(x) - (2.0 + 0.2 * rank)).pow(2).mean()
+    (own_grad,) = torch.autograd.grad(loss, model.weight, retain_graph=True)  # accumulates nothing
     opt.zero_grad()
-    loss.backward()
-    own_grad = model.weight.grad.detach().clone()
     counter = CollectiveCounter()
-    opt.step()
+    loss.backward()  # the average ends the backward pass, as DDP's all-reduce does
     calls = counter.take()
+    after_backward = model.weight.grad.detach().clone()  # what a gradient clip here would see
+    opt.step()
     return {
         "theta0": theta0,
         "grad": own_grad,
+        "after_backward": after_backward,
         "lr": opt.param_groups[0]["lr"],
         "theta1": model.weight.detach(),
         "calls": calls,
+        "calls_in_step": counter.take(),
     }
 
 
@@ -238,8 +241,11 @@ def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
         assert torch.equal(o["theta0"], outs[0]["theta0"])
         expected = o["theta0"] - o["lr"] * g_mean  # theta_r <- theta_r - eta_r * g_mean
         assert torch.allclose(o["theta1"], expected, rtol=1e-6, atol=1e-7)
-        # the ranks' gradient norms (one all-gather, for the clip), then one flat gradient all-reduce
-        assert o["calls"] == ["all_gather", "all_reduce"]
+        # averaged by the end of backward(): a clip between backward() and step() sees the mean, as under DDP
+        assert torch.allclose(o["after_backward"], g_mean, rtol=1e-6, atol=1e-7)
+        # the ranks' gradient norms (one all-gather, for the clip), then one flat gradient all-reduce, in the
+        # backward pass; none in the step
+        assert o["calls"] == ["all_gather", "all_reduce"] and o["calls_in_step"] == []
 
 
 # -- non-finite replicas, rollback, divergence ---------------------------------------------------------------

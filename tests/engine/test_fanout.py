@@ -28,6 +28,32 @@ def test_a_nan_or_huge_gradient_from_one_rank_does_not_reach_the_shared_gradient
     assert max(abs(x) for g in outs for x in g) < 2
 
 
+def ddp_poisoned_step(rank, world):
+    """A user's DDP script with HDET: the DDP-wrapped model passed as `model=`, a gradient clip between
+    backward() and step(). The gradient of the loss w.r.t. the weight is the rank's GRADS row."""
+    from hdet_ray import HDETOneCycleLR
+
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1, bias=False))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5, model=model)
+    x = torch.tensor([GRADS[rank]])
+    model(x).sum().backward()
+    after_backward = model.module.weight.grad.reshape(-1).tolist()
+    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9))  # what a user's clip reads
+    held = not model.require_backward_grad_sync
+    scheduler.close()
+    return {"grad": after_backward, "norm": norm, "held": held, "released": model.require_backward_grad_sync}
+
+
+def test_under_a_users_ddp_the_shared_gradient_is_still_poison_proof_and_clipped_after_averaging():
+    # DDP's plain mean would be NaN on every rank; the scheduler holds DDP off and averages as above
+    outs = run_ranks(ddp_poisoned_step, 4)
+    for o in outs:
+        assert o["grad"] == pytest.approx([4 / 3, 1 / 3], rel=1e-6)
+        assert o["norm"] == pytest.approx(math.hypot(4 / 3, 1 / 3), rel=1e-6)  # the clip saw the mean
+        assert o["held"] and o["released"]  # no_sync() while the scheduler lives, DDP's sync back after
+
+
 NOISY = {0: [1.0, 0.0], 1: [0.0, 1.0], 2: [1.0, 0.0], 3: [10.0, 0.0]}
 
 

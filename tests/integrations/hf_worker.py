@@ -72,7 +72,7 @@ def main(out: Path) -> None:
         "records": [r.to_dict() for r in scheduler.records],
         "hdet_logs": [h for h in trainer.state.log_history if any(k.startswith("hdet/") for k in h)],
         "replicas_identical": bool(torch.equal(gathered[0], gathered[1])),
-        "single_reduce_warning": any("switched off" in str(w.message) for w in caught),
+        "averaged_twice_warning": any("all-reduced twice" in str(w.message) for w in caught),
     }
     (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
     dist.barrier()  # leave together, and take the group down before the interpreter does

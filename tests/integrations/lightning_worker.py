@@ -78,7 +78,7 @@ def main(out: Path) -> None:
     result = {
         "records": [r.to_dict() for r in scheduler.records],
         "replicas_identical": bool(torch.equal(gathered[0], gathered[1])),
-        "single_reduce_warning": any("switched off" in str(w.message) for w in caught),
+        "averaged_twice_warning": any("all-reduced twice" in str(w.message) for w in caught),
     }
     (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
     # Lightning leaves the gloo group up; a process that exits with it (and DDP's threads) alive can abort
