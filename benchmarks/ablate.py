@@ -159,8 +159,9 @@ class Cell:
             out = holdout.job("full", self.workload, seed, arm, self.k)
         out["key"] = f"{self.text}/{seed}/{variant}"
         if arm == "hdet":
-            settings = dict(settings)
-            out.update(settings.pop("job", {}))  # job-level fields (`{"job": {"ddp": true}}`), not HDET's
+            if "job" in settings:  # job-level fields (`{"job": {"ddp": true}}`), not HDET options
+                out.update(settings["job"])
+                settings = {k: v for k, v in settings.items() if k != "job"}
             out["hdet"] = settings
         return out
 

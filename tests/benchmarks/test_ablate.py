@@ -50,6 +50,9 @@ def test_a_variants_jobs_share_its_options_but_a_run_does_not_write_into_them():
     assert workloads.hdet_options(explored) is not explored and "sync_every" not in explored
     health = workloads.hdet_options({"health": {"regressed_start": False}})["health"]
     assert health == HealthConfig(regressed_start=False)
+    # a variant's job-level fields go to the job, not to the scheduler's options
+    job = ablate.Cell("issue/mlp/high").job(0, "ddp", {"job": {"ddp": True}, "auto_lr": False})
+    assert job["ddp"] is True and job["hdet"] == {"auto_lr": False}
 
 
 def test_the_trace_marks_moves_rollbacks_and_signs():

@@ -248,6 +248,28 @@ def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
         assert o["calls"] == ["all_gather", "all_reduce"] and o["calls_in_step"] == []
 
 
+def accumulated_step(rank, world):
+    """Two micro-batches per optimizer step (gradient accumulation): the mean ends each backward pass."""
+    model = torch.nn.Linear(3, 1, bias=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.0)
+    HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=10, cycle_momentum=False, seed=1)
+    own = []
+    opt.zero_grad()
+    for micro in range(2):
+        x = torch.full((4, 3), 1.0 + 0.1 * rank + 0.05 * micro)
+        loss = (model(x) - (2.0 + 0.2 * rank)).pow(2).mean()
+        own.append(torch.autograd.grad(loss, model.weight, retain_graph=True)[0])
+        loss.backward()
+    return {"own": torch.stack(own).sum(0), "after": model.weight.grad.detach().clone()}
+
+
+def test_gradient_accumulation_leaves_the_mean_of_the_accumulated_gradients():
+    outs = run_ranks(accumulated_step, 4)
+    mean = torch.stack([o["own"] for o in outs]).mean(0)
+    for o in outs:  # mean(g1) after the first pass, then mean(mean(g1) + g2) = mean(g1 + g2)
+        assert torch.allclose(o["after"], mean, rtol=1e-6, atol=1e-7)
+
+
 # -- non-finite replicas, rollback, divergence ---------------------------------------------------------------
 def _short_run(**options):
     """A model, SGD and a 40-step HDET schedule that syncs every 5 steps (log spread 2)."""
