@@ -228,7 +228,17 @@ def main(argv: list[str] | None = None) -> int:
         default=1e-6,
         help="--perturbed's relative change of each initial weight (default 1e-6)",
     )
+    parser.add_argument(
+        "--job",
+        type=json.loads,
+        default={},
+        metavar="JSON",
+        help="job-level fields for every run of this invocation, fixed ones too (e.g. '{\"clip\": 1.0}': "
+        "the user's gradient clip)",
+    )
     args = parser.parse_args(argv)
+    if not isinstance(args.job, dict):
+        parser.error(f"--job must be a JSON object, got {args.job!r}")
     variants = dict(parse_variant(v) for v in args.variants)
     if args.replicas < 2:
         parser.error(f"--replicas must be 2 or more, got {args.replicas}")
@@ -265,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in args.seeds
         for p, name in enumerate(perturbed, 1)
     ]
+    jobs = [job | args.job for job in jobs]
     print(f"[ablate] {len(jobs)} runs (those already in {args.out} are skipped)", flush=True)
     run_jobs(workloads.run, jobs, args.replicas, args.out)
     runs = read_results(args.out)

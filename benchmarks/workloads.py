@@ -445,7 +445,8 @@ def perturb_(model: nn.Module, scale: float, seed: int) -> None:
 def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     """job: workload, steps, sync_every, max_lr, seed, arm ('fixed' | 'hdet' | 'lrfree'), hdet (kwargs);
     optionally perturb and perturb_seed (`perturb_`: the initial weights' last digits changed), and ddp (the
-    HDET arm's model DDP-wrapped and passed to the scheduler, as a user's DDP script does)."""
+    HDET arm's model DDP-wrapped and passed to the scheduler, as a user's DDP script does) and clip (the
+    user's `clip_grad_norm_` at that max norm after each backward pass, in every arm)."""
     task, opt_kind = build(job["workload"])
     seed, steps = int(job["seed"]), int(job["steps"])
     # the global generator (dropout's masks) starts from the job, not from whatever job this process ran last
@@ -485,6 +486,8 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
             loss = task.loss(net, next(batches))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if job.get("clip"):  # the user's gradient clip, between backward() and step()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), float(job["clip"]))
             optimizer.step()
             if hdet is not None:
                 window = hdet.window

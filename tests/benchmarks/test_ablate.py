@@ -122,3 +122,26 @@ def test_perturbed_variants_run_each_draw_with_its_own_seed(monkeypatch, tmp_pat
         f"mlp/short/oracle/3/{ablate.PERTURBED}2": 2,
     }
     assert all(j["perturb"] == 1e-6 for j in seen)
+
+
+def test_job_fields_reach_every_run_fixed_ones_too(monkeypatch, tmp_path, capsys):
+    class Stop(Exception):
+        pass
+
+    seen: list[dict] = []
+
+    def capture(fn, jobs, replicas, out):
+        seen.extend(jobs)
+        raise Stop
+
+    monkeypatch.setattr(ablate, "run_jobs", capture)
+    argv = ["default", "--fixed", "--job", '{"clip": 1.0}', "--cells", "mlp/short/oracle", "--seeds", "3"]
+    with pytest.raises(Stop):
+        ablate.main([*argv, "--out", str(tmp_path / "runs.jsonl")])
+    assert {j["key"]: j["clip"] for j in seen} == {
+        "mlp/short/oracle/3/default": 1.0,
+        f"mlp/short/oracle/3/{ablate.FIXED}": 1.0,
+    }
+    with pytest.raises(SystemExit):
+        ablate.main(["default", "--job", "[1]", "--cells", "mlp/short/oracle"])
+    assert "--job must be a JSON object, got [1]" in capsys.readouterr().err
