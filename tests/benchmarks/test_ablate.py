@@ -100,20 +100,27 @@ def test_ablate_with_nothing_to_run_names_the_options(capsys):
     assert "--perturb-variants needs --perturbed K and at least one variant" in capsys.readouterr().err
 
 
-def test_perturbed_variants_run_each_draw_with_its_own_seed(monkeypatch, tmp_path):
-    class Stop(Exception):
-        pass
+class _Stop(Exception):
+    pass
 
+
+def _jobs_of(monkeypatch, argv: list[str]) -> list[dict]:
+    """The jobs `ablate.main(argv)` would run (it stops at run_jobs)."""
     seen: list[dict] = []
 
     def capture(fn, jobs, replicas, out):
         seen.extend(jobs)
-        raise Stop
+        raise _Stop
 
     monkeypatch.setattr(ablate, "run_jobs", capture)
+    with pytest.raises(_Stop):
+        ablate.main(argv)
+    return seen
+
+
+def test_perturbed_variants_run_each_draw_with_its_own_seed(monkeypatch, tmp_path):
     argv = ["default", "--perturbed", "2", "--perturb-variants", "--cells", "mlp/short/oracle"]
-    with pytest.raises(Stop):
-        ablate.main([*argv, "--seeds", "3", "--out", str(tmp_path / "runs.jsonl")])
+    seen = _jobs_of(monkeypatch, [*argv, "--seeds", "3", "--out", str(tmp_path / "runs.jsonl")])
     draws = {j["key"]: j.get("perturb_seed") for j in seen}
     assert draws == {
         "mlp/short/oracle/3/default~1": 1,
@@ -125,19 +132,8 @@ def test_perturbed_variants_run_each_draw_with_its_own_seed(monkeypatch, tmp_pat
 
 
 def test_job_fields_reach_every_run_fixed_ones_too(monkeypatch, tmp_path, capsys):
-    class Stop(Exception):
-        pass
-
-    seen: list[dict] = []
-
-    def capture(fn, jobs, replicas, out):
-        seen.extend(jobs)
-        raise Stop
-
-    monkeypatch.setattr(ablate, "run_jobs", capture)
     argv = ["default", "--fixed", "--job", '{"clip": 1.0}', "--cells", "mlp/short/oracle", "--seeds", "3"]
-    with pytest.raises(Stop):
-        ablate.main([*argv, "--out", str(tmp_path / "runs.jsonl")])
+    seen = _jobs_of(monkeypatch, [*argv, "--out", str(tmp_path / "runs.jsonl")])
     assert {j["key"]: j["clip"] for j in seen} == {
         "mlp/short/oracle/3/default": 1.0,
         f"mlp/short/oracle/3/{ablate.FIXED}": 1.0,
