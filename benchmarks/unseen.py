@@ -1,6 +1,6 @@
 """Unseen: the HDET defaults on model and data families no default was chosen on, in the issue's setting.
 
-    python -m benchmarks.unseen            # 9 workloads: 500 steps, 3 seeds (~45 min, 2 cores)
+    python -m benchmarks.unseen            # 9 workloads: 500 steps, 3 seeds (~1 hour, 2 cores)
     python -m benchmarks.unseen --seeds 3 4   # more seeds (resumes; the oracle stays that of seeds 0 to 2)
     python -m benchmarks.unseen --quick    # softmax at 20 steps, 1 seed: checks that it runs
 

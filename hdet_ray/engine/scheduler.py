@@ -158,12 +158,16 @@ class HDETOneCycleLR(OneCycleLR):
         """shared_grad: average the gradients at the end of every backward pass. A DDP `model` is held in
         `no_sync()` (either fan-out): its plain all-reduce would let one unstable replica's gradient into
         every replica's step, and under `local` it would average what should stay apart."""
-        model = self.options.model
-        if self.replicas > 1 and fanouts.is_ddp(model) and self._held_ddp is None:
-            self._held_ddp = fanouts.HoldDDP(model)
+        self._hold_ddp()
         if self.options.fanout == "shared_grad" and self.replicas > 1:
             return fanouts.AfterBackward(self._params, self._average_gradients)
         return None
+
+    def _hold_ddp(self) -> None:
+        """Hold the `model` in `no_sync()` if it is DDP (once; several processes only)."""
+        model = self.options.model
+        if self.replicas > 1 and fanouts.is_ddp(model) and self._held_ddp is None:
+            self._held_ddp = fanouts.HoldDDP(model)
 
     def _start(self) -> None:
         """Every replica starts where rank 0 does (as DDP does), plus its own noise if asked."""
@@ -439,8 +443,7 @@ class HDETOneCycleLR(OneCycleLR):
             raise TypeError(f"use_ddp: expected a DistributedDataParallel module, got {type(model).__name__}")
         self.options = replace(self.options, model=model)
         self._sync.options = self.options
-        if self.replicas > 1 and self._held_ddp is None:
-            self._held_ddp = fanouts.HoldDDP(model)
+        self._hold_ddp()
 
     def close(self) -> None:
         """Remove the hooks (the `shared_grad` average, the hypergradient, a pending rollback snapshot),
