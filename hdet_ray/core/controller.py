@@ -667,6 +667,14 @@ class EvidenceConfig(ControllerConfig):
     excluded a replica, after a rate has come down (a move down or a rollback), and for a rate whose first
     pool did not say "higher" throughout (from 10x too high it says "lower" from the first windows on every
     benchmark workload) are kept."""
+    mixed_start_holds_down: bool = False
+    """`low_start_holds_down` for a first pool that was mixed too (neither "higher" nor "lower" throughout):
+    only a first pool of "lower" throughout keeps moves down on healthy windows. Measured, not adopted: at
+    the oracle's rate a first pool is often mixed by one sign near zero (the clipped byte LM, `++--`), and
+    so is it from 10x too high (the BatchNorm CNN `+---`, first sign +0.01), where the move down it holds is
+    the rescue: at 500 steps the LM with a clip at its best rate 1.006x -> 0.998x of the oracle, but from
+    10x too high the LM at 60 windows 1.028x -> 1.350x and the BatchNorm CNN 2.019x -> 2.427x, 5 seeds
+    (docs/benchmarks.md, `low_start_holds_down`'s entry)."""
     late_anneal: float | None = 0.5
     """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
     hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short
@@ -936,9 +944,13 @@ class EvidenceController(Controller):
                 and sign_test
                 and not excluded
                 and not came_down[name]
-                and first_verdict.get(name, 0) > 0
+                and (
+                    first_verdict.get(name, 0) > 0
+                    or (cfg.mixed_start_holds_down and first_verdict.get(name, -1) == 0)
+                )
             ):
-                notes.append(f"{name}: z {z:+.2f} points down, but the run began by saying higher; holding")
+                began = "higher" if first_verdict[name] > 0 else "neither way throughout"
+                notes.append(f"{name}: z {z:+.2f} points down, but the run began by saying {began}; holding")
                 d = 0
             if d > 0 and fitted and name == cfg.rollback_param:
                 notes.append(

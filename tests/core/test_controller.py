@@ -695,6 +695,11 @@ def test_evidence_a_run_that_began_by_saying_higher_holds_a_later_lower():
     hs = [0.3, 0.3, -0.3, 0.3] + [-0.3] * 8
     state, ds = run(make_controller("evidence"), [measured(i, h) for i, h in enumerate(hs)])
     assert state.first_verdict == {"lr": 0} and [d.offsets["lr"] < 0 for d in ds if d.acted] == [True, True]
+    # `mixed_start_holds_down` (measured, off by default) holds those too
+    state, ds = run(
+        make_controller("evidence", mixed_start_holds_down=True), [measured(i, h) for i, h in enumerate(hs)]
+    )
+    assert not any(d.acted for d in ds) and "began" in ds[-1].note
     # an unstable replica is evidence of its own: windows that exclude one still move down
     hs = [0.3] * 4 + [-0.3] * 4
     unhealthy = (True, True, True, False)
