@@ -668,13 +668,13 @@ class EvidenceConfig(ControllerConfig):
     pool did not say "higher" throughout (from 10x too high it says "lower" from the first windows on every
     benchmark workload) are kept."""
     mixed_start_holds_down: bool = False
-    """`low_start_holds_down` for a first pool that was mixed too (neither "higher" nor "lower" throughout):
-    only a first pool of "lower" throughout keeps moves down on healthy windows. Measured, not adopted: at
-    the oracle's rate a first pool is often mixed by one sign near zero (the clipped byte LM, `++--`), and
-    so is it from 10x too high (the BatchNorm CNN `+---`, first sign +0.01), where the move down it holds is
-    the rescue: at 500 steps the LM with a clip at its best rate 1.006x -> 0.998x of the oracle, but from
-    10x too high the LM at 60 windows 1.028x -> 1.350x and the BatchNorm CNN 2.019x -> 2.427x, 5 seeds
-    (docs/benchmarks.md, `low_start_holds_down`'s entry)."""
+    """With `low_start_holds_down`, a first pool that was mixed (neither "higher" nor "lower" throughout)
+    holds later moves down on healthy windows too: only a first pool of "lower" throughout keeps them.
+    Measured, not adopted: at the oracle's rate a first pool is often mixed by one sign near zero (the
+    clipped byte LM, `++--`), and so is one from 10x too high (the BatchNorm CNN `+---`, first sign +0.01),
+    where the move down it holds is the rescue: at 500 steps the LM with a clip at its best rate 1.006x ->
+    0.998x of the oracle, but from 10x too high the LM at 60 windows 1.028x -> 1.350x and the BatchNorm CNN
+    2.019x -> 2.427x, 5 seeds (docs/benchmarks.md, `low_start_holds_down`'s entry)."""
     late_anneal: float | None = 0.5
     """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
     hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short

@@ -699,7 +699,7 @@ def test_evidence_a_run_that_began_by_saying_higher_holds_a_later_lower():
     state, ds = run(
         make_controller("evidence", mixed_start_holds_down=True), [measured(i, h) for i, h in enumerate(hs)]
     )
-    assert not any(d.acted for d in ds) and "began" in ds[-1].note
+    assert not any(d.acted for d in ds) and "began by saying neither way throughout" in ds[-1].note
     # an unstable replica is evidence of its own: windows that exclude one still move down
     hs = [0.3] * 4 + [-0.3] * 4
     unhealthy = (True, True, True, False)
