@@ -944,10 +944,7 @@ class EvidenceController(Controller):
                 and sign_test
                 and not excluded
                 and not came_down[name]
-                and (
-                    first_verdict.get(name, 0) > 0
-                    or (cfg.mixed_start_holds_down and first_verdict.get(name, -1) == 0)
-                )
+                and first_verdict.get(name, -1) >= (0 if cfg.mixed_start_holds_down else 1)
             ):
                 began = "higher" if first_verdict[name] > 0 else "neither way throughout"
                 notes.append(f"{name}: z {z:+.2f} points down, but the run began by saying {began}; holding")
