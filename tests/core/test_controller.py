@@ -847,3 +847,31 @@ def test_evidence_removes_a_shards_own_difficulty():
     corrected = [first_move(make_controller("evidence"), windows(s)) for s in seeds]
     raw = [first_move(make_controller("evidence", shard_correction=False), windows(s)) for s in seeds]
     assert sum(corrected) < sum(raw)
+
+
+def test_evidence_windows_of_higher_held_by_the_bias_count_toward_the_climb_with_held_up_counts():
+    from dataclasses import replace
+
+    # the rise (the loss halves every window, so the climb may not act and the bias holds "higher"), then a
+    # flat peak where the pool, refilled, moves up
+    bases = [0.2, 0.4, 0.6, 0.8, 0.9, 0.95] + [1.0] * 8
+    windows = [
+        replace(window([2.0 * 0.5**i] * 4, index=i, step=10 * (i + 1), base=b), hypergradient=0.3)
+        for i, b in enumerate(bases)
+    ]
+    held = "points the way the schedule's bias does"
+
+    def moves(**settings):  # these windows all sit at offset 0, so each decision's offset is its step
+        state, ds = run(make_controller("evidence", **settings), windows)
+        assert sum(held in d.note for d in ds) == 4
+        assert ControllerState.from_dict(state.to_dict()) == state
+        return [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted]
+
+    assert moves() == [(10, 0.25), (11, 0.5), (12, 0.75), (13, 0.75)]
+    # measured, off by default: the four held windows carry the run, which starts at max_step
+    assert moves(held_up_counts=True) == [(10, 0.75), (11, 0.75), (12, 0.75), (13, 0.75)]
+    # a full pool that then says neither way drops what was held: the next climb starts at step_size again
+    hs = [0.3] * 6 + [0.3, -0.3, 0.3, -0.3] + [0.3] * 4
+    split = [replace(w, hypergradient=h) for w, h in zip(windows, hs, strict=True)]
+    _, ds = run(make_controller("evidence", held_up_counts=True), split)
+    assert [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted] == [(13, 0.25)]
