@@ -707,6 +707,9 @@ class EvidenceConfig(ControllerConfig):
     of the oracle instead of 1.197x (every seed level or better) and the MLP at 60 windows at 1.004x
     instead of 1.073x, but the BatchNorm CNN's faster climbs end behind on all three of its low-start cells
     (0.90x -> 1.14x at 500 steps). False: the run of moves starts at `step_size` whatever was held."""
+    held_up_max: int | None = None
+    """With `held_up_counts`: at most this many held windows count (1: the first move is twice `step_size`).
+    None: all of them."""
     settled_width: float | None = None
     """The rate's spread width (a fraction of its size, in log units; 0: no spread) once the run has shown
     its rate is not too high: the first full pool of hypergradient signs said "higher" in every window
@@ -746,6 +749,8 @@ class EvidenceConfig(ControllerConfig):
             raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
         if self.fit_floor is not None and not 0.0 < self.fit_floor < 1.0:
             raise ValueError(f"fit_floor must be in (0, 1) or None, got {self.fit_floor}")
+        if self.held_up_max is not None and self.held_up_max < 0:
+            raise ValueError(f"held_up_max must be >= 0 or None, got {self.held_up_max}")
         if self.settled_width is not None and not 0.0 <= self.settled_width <= 1.0:
             raise ValueError(f"settled_width must be in [0, 1] or None, got {self.settled_width}")
 
@@ -1011,7 +1016,7 @@ class EvidenceController(Controller):
             run = streak.get(name, 0)
             run = run + d if _sign(run) == d else d
             held = streak.pop(name + HELD_UP, 0)  # `held_up_counts`: windows of "higher" the bias held
-            run += held if d > 0 else 0
+            run += (held if cfg.held_up_max is None else min(held, cfg.held_up_max)) if d > 0 else 0
             step = min(cfg.step_size * 2 ** (abs(run) - 1), cfg.max_step if d > 0 else cfg.max_step_down)
             streak[name] = run
             # the evidence was about the old centre: the new one must earn its own (at the best rate, the top

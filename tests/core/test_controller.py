@@ -870,6 +870,10 @@ def test_evidence_windows_of_higher_held_by_the_bias_count_toward_the_climb_with
     assert moves() == [(10, 0.25), (11, 0.5), (12, 0.75), (13, 0.75)]
     # measured, off by default: the four held windows carry the run, which starts at max_step
     assert moves(held_up_counts=True) == [(10, 0.75), (11, 0.75), (12, 0.75), (13, 0.75)]
+    # held_up_max caps what the held windows add: one of them makes the first step twice step_size
+    assert moves(held_up_counts=True, held_up_max=1) == [(10, 0.5), (11, 0.75), (12, 0.75), (13, 0.75)]
+    with pytest.raises(ValueError, match="held_up_max must be >= 0"):
+        make_controller("evidence", held_up_max=-1)
     # a full pool that then says neither way drops what was held: the next climb starts at step_size again
     hs = [0.3] * 6 + [0.3, -0.3, 0.3, -0.3] + [0.3] * 4
     split = [replace(w, hypergradient=h) for w, h in zip(windows, hs, strict=True)]
