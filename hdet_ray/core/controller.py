@@ -109,7 +109,8 @@ class ControllerState:
     evidence: dict[str, tuple[float, ...]] = field(default_factory=dict)
     """Per hyperparameter: the recent windows' rank correlations (`EvidenceController`)."""
     streak: dict[str, int] = field(default_factory=dict)
-    """Per hyperparameter: signed count of consecutive moves in one direction (`EvidenceController`)."""
+    """Per hyperparameter: signed count of consecutive moves in one direction (`EvidenceController`); under
+    name + `HELD_UP`, the windows of "higher" the schedule's bias held (`held_up_counts`)."""
     last_base: dict[str, float] = field(default_factory=dict)
     """Per hyperparameter: the schedule's base value at the previous window's end."""
     bias: dict[str, int] = field(default_factory=dict)
