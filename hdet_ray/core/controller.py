@@ -999,16 +999,17 @@ class EvidenceController(Controller):
             # goes through the bias gate (`run_through_bias`)
             keeps_up = sign_test and d > 0 and cfg.continue_up and not came_down[name]
             running = cfg.run_through_bias and keeps_up and streak.get(name, 0) > 0
+            held_up = False
             if d and cfg.bias_aware and d == bias and not excluded and not climb and not running:
                 notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")
                 if cfg.held_up_counts and d > 0 and not came_down[name]:
-                    streak[name + HELD_UP] = streak.get(name + HELD_UP, 0) + 1
-                    evidence[key] = history
-                    offsets[name] = p.offset
-                    continue
+                    count = streak.get(name + HELD_UP, 0) + 1
+                    streak[name + HELD_UP] = count if cfg.held_up_max is None else min(count, cfg.held_up_max)
+                    held_up = True
                 d = 0
             if not d:
-                if len(history) >= cfg.evidence_windows:  # a verdict on a full pool, not evidence building up
+                # a verdict on a full pool (not one building up, nor a "higher" counted as held) ends a run
+                if len(history) >= cfg.evidence_windows and not held_up:
                     streak[name] = 0
                     streak.pop(name + HELD_UP, None)
                 evidence[key] = history
@@ -1017,7 +1018,7 @@ class EvidenceController(Controller):
             run = streak.get(name, 0)
             run = run + d if _sign(run) == d else d
             held = streak.pop(name + HELD_UP, 0)  # `held_up_counts`: windows of "higher" the bias held
-            run += (held if cfg.held_up_max is None else min(held, cfg.held_up_max)) if d > 0 else 0
+            run += held if d > 0 else 0
             step = min(cfg.step_size * 2 ** (abs(run) - 1), cfg.max_step if d > 0 else cfg.max_step_down)
             streak[name] = run
             # the evidence was about the old centre: the new one must earn its own (at the best rate, the top
