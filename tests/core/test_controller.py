@@ -473,8 +473,9 @@ def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
     assert [i for i, d in enumerate(run(c, first_fast)[1]) if d.acted][:1] == [3]
     _, ds = run(c, falling_windows(0.75, rising, losses=(4.0, 3.0, 2.0, 1.0)))
     assert not any(d.acted for d in ds)
-    # earliest_climb=5 is the old rule (the stall test's full span of 4 windows after the first)
-    c = make_controller("evidence", earliest_climb=5)
+    # earliest_climb=5 is the old rule (the stall test's full span of 4 windows after the first); the
+    # windows 3 and 4 it holds would count toward the climb (`held_up_counts`), here off to see the doubling
+    c = make_controller("evidence", earliest_climb=5, held_up_counts=False)
     _, ds = run(c, stalled)
     moved = [i for i, d in enumerate(ds) if d.acted]
     assert moved and moved[0] == 5 and ds[5].offsets["lr"] > 0
@@ -595,16 +596,19 @@ def test_evidence_keeps_a_run_of_moves_up_going_through_the_rise_once_it_has_beg
             window([2.0 * levels[i]] * 4, index=i, step=10 * (i + 1), base=rising[i]), hypergradient=h
         )
 
-    _, ds = run(make_controller("evidence", earliest_climb=5), [measured(i) for i in range(12)])
+    # the windows 3 and 4 that earliest_climb=5 holds would start the run at 0.75 (`held_up_counts`): off
+    # here, to see the run's own doubling
+    late = {"earliest_climb": 5, "held_up_counts": False}
+    _, ds = run(make_controller("evidence", **late), [measured(i) for i in range(12)])
     assert [i for i, d in enumerate(ds) if d.acted] == [5, 6, 7, 8, 9, 10, 11]
     assert [d.offsets["lr"] for d in ds[5:9]] == pytest.approx([0.25, 0.5, 0.75, 0.75])
     # the run ends at the first window that says "lower"; then the bias and the stall test gate again
     hs = [0.3] * 8 + [-0.1, 0.3, 0.3, 0.3, 0.3]
-    _, ds = run(make_controller("evidence", earliest_climb=5), [measured(i, h) for i, h in enumerate(hs)])
+    _, ds = run(make_controller("evidence", **late), [measured(i, h) for i, h in enumerate(hs)])
     assert [i for i, d in enumerate(ds) if d.acted] == [5, 6, 7] and "bias" in ds[12].note
     # off: the fast fall after the second move reads as the rise's bias, and holds the run at x2.1
     _, ds = run(
-        make_controller("evidence", earliest_climb=5, run_through_bias=False),
+        make_controller("evidence", **late, run_through_bias=False),
         [measured(i) for i in range(12)],
     )
     assert [i for i, d in enumerate(ds) if d.acted] == [5, 6] and "bias" in ds[7].note
@@ -867,10 +871,10 @@ def test_evidence_windows_of_higher_held_by_the_bias_count_toward_the_climb_with
         assert ControllerState.from_dict(state.to_dict()) == state
         return [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted]
 
+    # the loss halves through the held windows: the hold was the horizon's pull, and the run starts afresh
+    # (`held_up_when_stalled`) as it does with held_up_counts off
     assert moves() == [(10, 0.25), (11, 0.5), (12, 0.75), (13, 0.75)]
-    # measured, off by default. The loss halves through the held windows: the hold was the horizon's pull,
-    # and the run starts afresh (`held_up_when_stalled`) as it does with held_up_counts off
-    assert moves(held_up_counts=True) == moves()
+    assert moves(held_up_counts=False) == moves()
     # without that gate the four held windows carry the run, which starts at max_step
     every = {"held_up_counts": True, "held_up_when_stalled": False}
     assert moves(**every) == [(10, 0.75), (11, 0.75), (12, 0.75), (13, 0.75)]
@@ -882,19 +886,32 @@ def test_evidence_windows_of_higher_held_by_the_bias_count_toward_the_climb_with
         replace(w, losses=(2.0 * 0.95**i,) * 4, params={"lr": replace(w.params["lr"], peak=2.0)})
         for i, w in enumerate(windows)
     ]
-    state, ds = run(make_controller("evidence", held_up_counts=True), stalled)
+    state, ds = run(make_controller("evidence"), stalled)
     acted = [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted]
     assert acted[0] == (6, 0.75) and sum(held in d.note for d in ds) == 3
     assert ControllerState.from_dict(state.to_dict()) == state
-    _, ds = run(make_controller("evidence"), stalled)
+    _, ds = run(make_controller("evidence", held_up_counts=False), stalled)
     assert next((i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted) == (6, 0.25)
-    # the stall is read across the hold, not at the move alone: a loss that halved through the held windows
-    # and then went flat (5% a window from window 6) has stalled by the move at 10, but its hold was the pull
+    # the stall is read across the whole hold, not at the move alone: a loss that halved through the held
+    # windows and then went flat (5% a window from window 6) has stalled by the move at 10, but its hold was
+    # the pull
     levels = [2.0 * 0.5 ** min(i, 5) * 0.95 ** max(i - 5, 0) for i in range(len(windows))]
     flat_late = [replace(w, losses=(x,) * 4) for w, x in zip(windows, levels, strict=True)]
-    _, ds = run(make_controller("evidence", held_up_counts=True), flat_late)
+    _, ds = run(make_controller("evidence"), flat_late)
     assert next((i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted) == (10, 0.25)
-    _, ds = run(make_controller("evidence", **every), flat_late)
+    _, ds = run(make_controller("evidence", held_up_when_stalled=False), flat_late)
+    assert next((i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted) == (10, 0.75)
+    # however long the hold: through a long warm-up (the base reaches half its peak at window 10) a loss that
+    # falls 10% a window has stalled by the climb's test at 10, but it more than halved from window 3 on, and
+    # the held windows do not count
+    rise = [0.1 * 1.1**i for i in range(12)]
+    slow = [window([2.0 * 0.9**i] * 4, index=i, step=10 * (i + 1), base=b) for i, b in enumerate(rise)]
+    slow = [
+        replace(w, hypergradient=0.3, params={"lr": replace(w.params["lr"], peak=2 * rise[10])}) for w in slow
+    ]
+    _, ds = run(make_controller("evidence"), slow)
+    assert next((i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted) == (10, 0.25)
+    _, ds = run(make_controller("evidence", held_up_when_stalled=False), slow)
     assert next((i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted) == (10, 0.75)
     with pytest.raises(ValueError, match="held_up_max must be >= 0"):
         make_controller("evidence", held_up_max=-1)
