@@ -107,7 +107,9 @@ class ControllerState:
     rollbacks: int = 0
     consecutive_rollbacks: int = 0
     evidence: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    """Per hyperparameter: the recent windows' rank correlations (`EvidenceController`)."""
+    """Per hyperparameter: the recent windows' rank correlations (`EvidenceController`); under name +
+    `SIGN_POOL`, the pooled hypergradient signs; under name + `HELD_FROM`, the median log-loss of the first
+    window the schedule's bias held (`held_up_when_stalled`)."""
     streak: dict[str, int] = field(default_factory=dict)
     """Per hyperparameter: signed count of consecutive moves in one direction (`EvidenceController`); under
     name + `HELD_UP`, the windows of "higher" the schedule's bias held (`held_up_counts`)."""
@@ -1038,13 +1040,12 @@ class EvidenceController(Controller):
             held = streak.pop(name + HELD_UP, 0)  # `held_up_counts`: windows of "higher" the bias held
             held_from = evidence.pop(name + HELD_FROM, ())
             if held and cfg.held_up_when_stalled:
-                # the run stalled across the hold: from the first held window to this one its median loss
-                # fell by less than a factor stall_ratio, however long the hold (no stall test: none counts)
-                first_level = held_from[0] if held_from else math.nan
-                stalled_through = cfg.stall_ratio is not None and level - first_level >= math.log(
-                    cfg.stall_ratio
-                )
-                held = held if stalled_through else 0
+                # they count if the run stalled across the hold: from the first held window to this one its
+                # median loss fell by less than a factor stall_ratio, however long the hold (no stall test,
+                # or no level kept: none counts)
+                fell = (held_from[0] if held_from else math.nan) - level  # log of the factor it fell by
+                if cfg.stall_ratio is None or not fell <= -math.log(cfg.stall_ratio):
+                    held = 0
             run += held if d > 0 else 0
             step = min(cfg.step_size * 2 ** (abs(run) - 1), cfg.max_step if d > 0 else cfg.max_step_down)
             streak[name] = run
