@@ -98,3 +98,26 @@ def test_demo_runs_a_real_job_and_sigterm_stops_it_with_its_ray_head():
                     os.kill(pid, signal.SIGKILL)
         if data_dir is not None and data_dir.name.startswith("hdet-demo-"):
             shutil.rmtree(data_dir, ignore_errors=True)  # the demo keeps its folder for the user, a test not
+
+
+def test_demo_on_a_port_in_use_says_so_and_starts_nothing():
+    # the demo listens before it starts the service and its Ray head, so a port taken is reported at once
+    # (a port only probed first could be taken by the head's own processes before uvicorn bound it)
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k != "HDET_DATA_DIR"}
+        done = subprocess.run(
+            [sys.executable, "-m", "hdet_ray", "demo", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stdout and "--port 0" in done.stdout
+    assert "starting the service" not in done.stdout
