@@ -40,10 +40,20 @@ def main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from service.app import create_app
+    from service.ray_head import listening_socket
 
+    # the port is held before the app's lifespan starts a Ray head (whose processes bind ports of their own),
+    # and a port in use is reported before anything starts (--port 0: a free one, shown below)
+    try:
+        sock = listening_socket(args.host, args.port)
+    except OSError as e:
+        print(f"hdet serve: cannot listen on {args.host}:{args.port} ({e.strerror}); choose another --port")
+        return 2
+    args.port = sock.getsockname()[1]
     try:
         settings = build_settings(args)
     except ValidationError as e:
+        sock.close()
         for err in e.errors():
             print(f"hdet serve: setting HDET_{str(err['loc'][0]).upper()}: {err['msg']}")
         return 2
@@ -53,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
         flush=True,
     )
     # Keep-alive longer than a slow poll, so clients do not race a closing idle connection.
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
@@ -61,4 +71,5 @@ def main(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=5,
         timeout_keep_alive=30,
     )
+    uvicorn.Server(config).run(sockets=[sock])
     return 0

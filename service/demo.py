@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -44,13 +43,14 @@ def main(args: argparse.Namespace) -> int:
     from service.app import create_app
     from service.cli import public_url
     from service.jobs import load_or_create_token
+    from service.ray_head import listening_socket
     from service.settings import Settings
 
     # listen before the service starts: its embedded Ray head spawns processes that bind ports of their own,
     # and a port that was only probed could be theirs by the time uvicorn bound it (seen: "address already
     # in use" on a loaded machine)
     try:
-        sock = _listen(args.host, args.port)
+        sock = listening_socket(args.host, args.port)
     except OSError as e:
         print(
             f"hdet demo: cannot listen on {args.host}:{args.port} ({e.strerror}); --port 0 takes a free one"
@@ -125,19 +125,6 @@ def _follow(args: argparse.Namespace, url: str, thread: threading.Thread, token:
         if args.exit_when_done and (info["finished_at"] or time.monotonic() > deadline):
             break
     return status
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """A socket listening on `host`:`port` (0: a free port), for uvicorn to serve from."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen()
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 def _stop_on_terminate() -> None:

@@ -51,6 +51,21 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket listening on `host`:`port` (0: a free port), for uvicorn to serve from (`Server.run(sockets=
+    [...])`). A server that starts a Ray head in its lifespan must hold its port before that: a port only
+    probed (`free_port`) can be taken by the head's processes before uvicorn binds it."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen()
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 @dataclass(slots=True)
 class HeadInfo:
     pid: int

@@ -12,7 +12,7 @@ import uvicorn
 
 from service import Settings, create_app
 from service.backends import MemoryJobs
-from service.ray_head import free_port
+from service.ray_head import listening_socket
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -37,13 +37,15 @@ class Server:
 
 
 def start_server(settings: Settings, backend=None, timeout_s: float = 180) -> Server:
-    port = free_port()
+    # the port is held before the lifespan starts a Ray head, whose processes bind ports of their own
+    sock = listening_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
     settings = settings.model_copy(update={"public_url": settings.public_url or f"http://127.0.0.1:{port}"})
     app = create_app(settings, backend=backend)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s
     while not server.started:

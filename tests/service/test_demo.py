@@ -100,9 +100,10 @@ def test_demo_runs_a_real_job_and_sigterm_stops_it_with_its_ray_head():
             shutil.rmtree(data_dir, ignore_errors=True)  # the demo keeps its folder for the user, a test not
 
 
-def test_demo_on_a_port_in_use_says_so_and_starts_nothing():
-    # the demo listens before it starts the service and its Ray head, so a port taken is reported at once
-    # (a port only probed first could be taken by the head's own processes before uvicorn bound it)
+@pytest.mark.parametrize("command", ["demo", "serve"])
+def test_a_port_in_use_is_reported_before_anything_starts(command, tmp_path):
+    # `hdet demo` and `hdet serve` listen before the service starts its Ray head, so a port taken is reported
+    # at once (a port only probed first could be taken by the head's own processes before uvicorn bound it)
     import socket
 
     with socket.socket() as taken:
@@ -111,13 +112,23 @@ def test_demo_on_a_port_in_use_says_so_and_starts_nothing():
         port = taken.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if k != "HDET_DATA_DIR"}
         done = subprocess.run(
-            [sys.executable, "-m", "hdet_ray", "demo", "--port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "hdet_ray",
+                command,
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "d"),
+            ],
             cwd=REPO,
             env=env,
             capture_output=True,
             text=True,
             timeout=120,
         )
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert f"cannot listen on 127.0.0.1:{port}" in done.stdout and "--port 0" in done.stdout
-    assert "starting the service" not in done.stdout
+    assert done.returncode == {"demo": 1, "serve": 2}[command], done.stdout + done.stderr
+    assert f"hdet {command}: cannot listen on 127.0.0.1:{port}" in done.stdout and "--port" in done.stdout
+    assert "starting the service" not in done.stdout and "dashboard at" not in done.stdout
+    assert not (tmp_path / "d").exists()  # no data folder, no database, no Ray head
