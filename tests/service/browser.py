@@ -13,6 +13,19 @@ import time
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
+class DevToolsError(AssertionError):
+    """A DevTools command answered with an error (its reply is the message)."""
+
+
+# what an evaluation answers while the page is navigating (a click on a link): the old document is gone and
+# the new one's context is not there yet
+_NAVIGATING = (
+    "Inspected target navigated or closed",
+    "Execution context was destroyed",
+    "Cannot find context",
+)
+
+
 class Page:
     def __init__(self, ws) -> None:
         self.ws, self.next_id, self.errors, self.pending = ws, 0, [], {}
@@ -38,7 +51,8 @@ class Page:
         self.pending[self.next_id] = fut
         await self.ws.send_str(json.dumps({"id": self.next_id, "method": method, "params": params}))
         reply = await asyncio.wait_for(fut, 30)
-        assert "error" not in reply, reply
+        if "error" in reply:
+            raise DevToolsError(reply)
         return reply["result"]
 
     async def eval(self, expr):
@@ -48,8 +62,12 @@ class Page:
     async def wait_for(self, expr, timeout_s=30):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if await self.eval(expr):
-                return
+            try:
+                if await self.eval(expr):
+                    return
+            except DevToolsError as e:  # a navigation under way is "not yet"; any other error is the test's
+                if not any(text in str(e) for text in _NAVIGATING):
+                    raise
             await asyncio.sleep(0.2)
         raise AssertionError(f"timed out waiting for {expr}")
 
