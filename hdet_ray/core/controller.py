@@ -108,11 +108,11 @@ class ControllerState:
     consecutive_rollbacks: int = 0
     evidence: dict[str, tuple[float, ...]] = field(default_factory=dict)
     """Per hyperparameter: the recent windows' rank correlations (`EvidenceController`); under name +
-    `SIGN_POOL`, the pooled hypergradient signs; under name + `HELD_FROM`, the median log-loss of the first
-    window the schedule's bias held (`held_up_when_stalled`)."""
+    `SIGN_POOL`, the pooled hypergradient signs; under name + `HELD_UP`, the windows of "higher" the
+    schedule's bias held since the last run of moves and the median log-loss of the first of them
+    (`held_up_counts`, `held_up_when_stalled`)."""
     streak: dict[str, int] = field(default_factory=dict)
-    """Per hyperparameter: signed count of consecutive moves in one direction (`EvidenceController`); under
-    name + `HELD_UP`, the windows of "higher" the schedule's bias held (`held_up_counts`)."""
+    """Per hyperparameter: signed count of consecutive moves in one direction (`EvidenceController`)."""
     last_base: dict[str, float] = field(default_factory=dict)
     """Per hyperparameter: the schedule's base value at the previous window's end."""
     bias: dict[str, int] = field(default_factory=dict)
@@ -775,10 +775,8 @@ SHARD_PRIOR_WINDOWS = 4
 SIGN_POOL = "#hypergradient"
 """Suffix of the key the pooled hypergradient signs have in `ControllerState.evidence` (rank: the name)."""
 HELD_UP = "#held_up"
-"""Suffix of the key in `ControllerState.streak` that counts windows held by the bias (`held_up_counts`)."""
-HELD_FROM = "#held_from"
-"""Suffix of the key in `ControllerState.evidence` that keeps the first held window's median log-loss
-(`held_up_when_stalled`)."""
+"""Suffix of the key in `ControllerState.evidence` that keeps (windows held by the bias, the first one's
+median log-loss) (`held_up_counts`, `held_up_when_stalled`)."""
 
 
 def _without_shard_bias(
@@ -1021,29 +1019,29 @@ class EvidenceController(Controller):
             if d and cfg.bias_aware and d == bias and not excluded and not climb and not running:
                 notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")
                 if cfg.held_up_counts and d > 0 and not came_down[name]:
-                    count = streak.get(name + HELD_UP, 0) + 1
-                    streak[name + HELD_UP] = count if cfg.held_up_max is None else min(count, cfg.held_up_max)
-                    evidence.setdefault(name + HELD_FROM, (level,))
+                    count, first_level = evidence.get(name + HELD_UP, (0.0, level))
+                    count = count + 1 if cfg.held_up_max is None else min(count + 1, cfg.held_up_max)
+                    evidence[name + HELD_UP] = (count, first_level)
                     held_up = True
                 d = 0
             if not d:
                 # a verdict on a full pool (not one building up, nor a "higher" counted as held) ends a run
                 if len(history) >= cfg.evidence_windows and not held_up:
                     streak[name] = 0
-                    streak.pop(name + HELD_UP, None)
-                    evidence.pop(name + HELD_FROM, None)
+                    evidence.pop(name + HELD_UP, None)
                 evidence[key] = history
                 offsets[name] = p.offset
                 continue
             run = streak.get(name, 0)
             run = run + d if _sign(run) == d else d
-            held = streak.pop(name + HELD_UP, 0)  # `held_up_counts`: windows of "higher" the bias held
-            held_from = evidence.pop(name + HELD_FROM, ())
+            # `held_up_counts`: the windows of "higher" the bias held, and the first one's median log-loss
+            count, first_level = evidence.pop(name + HELD_UP, (0.0, math.nan))
+            held = int(count)
             if held and cfg.held_up_when_stalled:
                 # they count if the run stalled across the hold: from the first held window to this one its
-                # median loss fell by less than a factor stall_ratio, however long the hold (no stall test,
-                # or no level kept: none counts)
-                fell = (held_from[0] if held_from else math.nan) - level  # log of the factor it fell by
+                # median loss fell by less than a factor stall_ratio, however long the hold (no stall test:
+                # none counts)
+                fell = first_level - level  # log of the factor it fell by
                 if cfg.stall_ratio is None or not fell <= -math.log(cfg.stall_ratio):
                     held = 0
             run += held if d > 0 else 0
