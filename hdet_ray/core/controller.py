@@ -737,14 +737,6 @@ class EvidenceConfig(ControllerConfig):
     rate (60 windows, 5 seeds) 0 moved 1.090x of the oracle to 1.071x, inside the seeds' spread; the 8 other
     cells where it fires moved by 0.012 or less (docs/benchmarks.md, "How the defaults were chosen")."""
 
-    late_width: float | None = None
-    """The rate's spread width (a fraction of its size; 0: no spread) late in the anneal, once the schedule's
-    base is below `late_anneal` x its peak and falling on a window where every replica was healthy. There
-    the hypergradient is held (`late_anneal`), so nothing reads the replicas' differences, and a rate the peak
-    did not break is not broken at half of it, so the top replica has no canary's work left. A window that
-    excludes a replica, or a rollback, brings the full spread back. None (the default): the full spread
-    throughout. Read with `signal='hypergradient'` only."""
-
     def __post_init__(self) -> None:
         ControllerConfig.__post_init__(self)
         if not self.z_threshold > 0:
@@ -777,8 +769,6 @@ class EvidenceConfig(ControllerConfig):
             raise ValueError(f"held_up_max must be >= 0 or None, got {self.held_up_max}")
         if self.settled_width is not None and not 0.0 <= self.settled_width <= 1.0:
             raise ValueError(f"settled_width must be in [0, 1] or None, got {self.settled_width}")
-        if self.late_width is not None and not 0.0 <= self.late_width <= 1.0:
-            raise ValueError(f"late_width must be in [0, 1] or None, got {self.late_width}")
 
 
 SHARD_PRIOR_WINDOWS = 4
@@ -927,7 +917,7 @@ class EvidenceController(Controller):
             {},
             dict(state.velocity),
         )
-        notes, annealed = [], False
+        notes = []
         for name, p in window.params.items():
             previous = last_base.get(name, math.nan)
             bias = (
@@ -950,13 +940,6 @@ class EvidenceController(Controller):
                 and bias < 0
                 and p.base < cfg.late_anneal * peak_base[name]
             )
-            if name == cfg.rollback_param:  # `late_width`: late in the anneal on healthy windows
-                annealed = (
-                    not excluded
-                    and cfg.late_anneal is not None
-                    and bias < 0
-                    and p.base < cfg.late_anneal * peak_base[name]
-                )
             key, other = (name + SIGN_POOL, name) if sign_test else (name, name + SIGN_POOL)
             evidence.pop(other, None)  # a change of signal starts the pool afresh
             rho = float(_sign(h)) if sign_test else rank_correlation(p.coords, losses)
@@ -1086,11 +1069,6 @@ class EvidenceController(Controller):
             if settled:
                 widths[name] = cfg.settled_width
             else:
-                widths.pop(name, None)
-        if cfg.late_width is not None and cfg.signal == "hypergradient" and name in window.params:
-            if annealed:
-                widths[name] = min(cfg.late_width, widths.get(name, 1.0))
-            elif cfg.settled_width is None:
                 widths.pop(name, None)
         state = replace(
             state,

@@ -793,38 +793,6 @@ def test_evidence_narrows_the_spread_once_the_run_has_shown_its_rate_is_not_too_
         make_controller("evidence", settled_width=1.5)
 
 
-def test_evidence_narrows_the_spread_late_in_the_anneal_with_late_width():
-    from dataclasses import replace
-
-    bases = [0.5, 1.0, 0.9, 0.6, 0.45, 0.3, 0.2]  # the rise, then the anneal: below half the peak from 4
-
-    def windows(healthy=None):
-        healthy = healthy or [(True,) * 4] * len(bases)
-        return [
-            replace(
-                window([2.0 * 0.9**i] * 4, index=i, step=10 * (i + 1), base=b),
-                hypergradient=0.3,
-                healthy=ok,
-            )
-            for i, (b, ok) in enumerate(zip(bases, healthy, strict=True))
-        ]
-
-    state, ds = run(make_controller("evidence", late_width=0.0), windows())
-    assert [d.widths for d in ds] == [{}] * 4 + [{"lr": 0.0}] * 3
-    assert ControllerState.from_dict(state.to_dict()) == state
-    # a window that excludes a replica brings the full spread back, and the next healthy one narrows again
-    sick = [(True,) * 4] * 5 + [(True, True, True, False), (True,) * 4]
-    _, ds = run(make_controller("evidence", late_width=0.25), windows(sick))
-    assert [d.widths for d in ds[3:]] == [{}, {"lr": 0.25}, {}, {"lr": 0.25}]
-    # off (the default), and only read with the hypergradient
-    assert all(d.widths == {} for d in run(make_controller("evidence"), windows())[1])
-    assert all(
-        d.widths == {} for d in run(make_controller("evidence", late_width=0.0, signal="rank"), windows())[1]
-    )
-    with pytest.raises(ValueError, match="late_width"):
-        make_controller("evidence", late_width=-0.1)
-
-
 def test_evidence_an_exclusion_does_not_skip_the_test():
     # one window with the top replica excluded: strong but single evidence -> no move yet (z = 1.73)
     c = make_controller("evidence")
