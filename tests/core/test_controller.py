@@ -853,6 +853,35 @@ def test_evidence_removes_a_shards_own_difficulty():
     assert sum(corrected) < sum(raw)
 
 
+def test_evidence_a_climb_on_the_first_full_pool_starts_one_step_further():
+    from dataclasses import replace
+
+    # the rise from half the peak (the climb need not wait), the loss falling 3% a window (stalled)
+    bases = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0, 1.0]
+
+    def moves(hs, **settings):  # these windows all sit at offset 0, so each decision's offset is its step
+        windows = [
+            replace(
+                window([2.0 * 0.97**i] * 4, index=i, step=10 * (i + 1), base=b),
+                hypergradient=h,
+                params={"lr": replace(window([1.0] * 4, base=b).params["lr"], peak=1.0)},
+            )
+            for i, (b, h) in enumerate(zip(bases, hs, strict=True))
+        ]
+        state, ds = run(make_controller("evidence", **settings), windows)
+        assert ControllerState.from_dict(state.to_dict()) == state
+        return [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted]
+
+    # the first pool says "higher" throughout and the climb acts on it: one of its earlier windows counts
+    assert moves([0.3] * 8)[:3] == [(3, 0.5), (4, 0.75), (5, 0.75)]
+    assert moves([0.3] * 8, first_pool_counts=0)[:3] == [(3, 0.25), (4, 0.5), (5, 0.75)]
+    assert moves([0.3] * 8, first_pool_counts=3)[0] == (3, 0.75)
+    # a first pool that was mixed: the climb acts on a later pool, from step_size
+    assert moves([-0.3] + [0.3] * 7)[:2] == [(4, 0.25), (5, 0.5)]
+    with pytest.raises(ValueError, match="first_pool_counts must be >= 0"):
+        make_controller("evidence", first_pool_counts=-1)
+
+
 def test_evidence_windows_of_higher_held_by_the_bias_count_toward_the_climb_with_held_up_counts():
     from dataclasses import replace
 
