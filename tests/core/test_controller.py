@@ -861,12 +861,11 @@ def test_evidence_a_climb_on_the_first_full_pool_starts_one_step_further():
 
     def moves(hs, **settings):  # these windows all sit at offset 0, so each decision's offset is its step
         windows = [
-            replace(
-                window([2.0 * 0.97**i] * 4, index=i, step=10 * (i + 1), base=b),
-                hypergradient=h,
-                params={"lr": replace(window([1.0] * 4, base=b).params["lr"], peak=1.0)},
-            )
-            for i, (b, h) in enumerate(zip(bases, hs, strict=True))
+            window([2.0 * 0.97**i] * 4, index=i, step=10 * (i + 1), base=b) for i, b in enumerate(bases)
+        ]
+        windows = [
+            replace(w, hypergradient=h, params={"lr": replace(w.params["lr"], peak=1.0)})
+            for w, h in zip(windows, hs, strict=True)
         ]
         state, ds = run(make_controller("evidence", **settings), windows)
         assert ControllerState.from_dict(state.to_dict()) == state
