@@ -719,8 +719,9 @@ class EvidenceConfig(ControllerConfig):
     the run has had, the loss stalled across them, and the run would have moved earlier had the pool been
     full. Later climbs (after a mixed first pool, or a hold `held_up_when_stalled` did not count) start at
     `step_size`. From 10x too low, side by side: the issue's MLP 1.073x -> 1.024x of the oracle (fresh seeds
-    0.953x -> 0.885x), an unseen deep MLP 1.47x -> 1.02x, the byte LM at 20 windows 1.054x -> 1.038x; the
-    quality MLP at 20 windows 1.205x -> 1.237x over eight seeds. Counting all three earlier windows lost on
+    0.953x -> 0.885x), an unseen deep MLP 1.47x -> 1.02x, the byte LM at 20 windows 1.054x -> 1.038x; but
+    the quality MLP at 20 windows 1.115x -> 1.194x over fifteen seeds (its climb now stops at 7.4x, not
+    9.5x, of a start 10x too low). Counting all three earlier windows lost on
     three workloads; counting at every climb lost on the BatchNorm CNN at 60 windows (docs/benchmarks.md,
     "How the defaults were chosen"). 0: every climb starts at `step_size`."""
     held_up_max: int | None = None
