@@ -141,6 +141,8 @@ class JobService:
     def ingest(self, job: Job, records: list[dict[str, Any]]) -> int:
         changed = self.store.upsert_windows(job.id, records)
         if changed:
+            # "PENDING" means no window yet (`refresh`); the poll may not come before a client reads the job
+            self.store.mark_running(job.id)
             self.metrics.add_windows(changed)
             self.broker.notify(job.id)
         return changed

@@ -210,6 +210,17 @@ class Store:
             n = c.execute(update(jobs).where(jobs.c.id == job_id, changed).values(**values))
         return n.rowcount > 0
 
+    def mark_running(self, job_id: str) -> bool:
+        """PENDING -> RUNNING (a window arrived: the run started), in one statement, so a status the poll
+        stored meanwhile (a terminal one) is never overwritten. Returns True when it changed."""
+        with self.write_lock, self.engine.begin() as c:
+            n = c.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "PENDING")
+                .values(status="RUNNING", message="", updated_at=now())
+            )
+        return n.rowcount > 0
+
     # windows
     def upsert_windows(self, job_id: str, records: list[dict[str, Any]]) -> int:
         """Store records keyed by window; returns how many were new or changed."""

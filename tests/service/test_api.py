@@ -194,3 +194,25 @@ def test_a_job_without_sync_every_records_the_period_it_runs_with(memory_server)
     assert body["spec"]["sync_every"] == 5 and body["progress"]["total_windows"] == 20
     words = shlex.split(memory_server.backend.entrypoints[job_id])
     assert json.loads(words[words.index("--spec-json") + 1])["sync_every"] == 5
+
+
+def test_a_pushed_window_marks_a_pending_job_running_before_the_next_poll(tmp_path):
+    # no poll runs here (no app), so only the push itself can move the status; the restart test read a job
+    # with windows as PENDING when it asked the restarted service before its first poll
+    from service.backends import MemoryJobs
+    from service.events import Broker
+    from service.jobs import JobService
+    from service.metrics import Metrics
+    from service.settings import Settings
+    from service.storage import Store
+    from tests.service.conftest import TOKEN
+
+    store = Store(f"sqlite:///{tmp_path / 'hdet.db'}")
+    jobs = JobService(Settings(token=TOKEN, data_dir=tmp_path), store, MemoryJobs(), Broker(), Metrics())
+    job = jobs.submit(SPEC, "http://127.0.0.1:1")
+    assert job.status == "PENDING" and "no window yet" in job.message
+    assert jobs.ingest(job, records([0])) == 1
+    assert (store.get_job(job.id).status, store.get_job(job.id).message) == ("RUNNING", "")
+    # a job the poll already ended stays ended when a late push arrives
+    store.set_status(job.id, "SUCCEEDED", "done")
+    assert jobs.ingest(job, records([1])) == 1 and store.get_job(job.id).status == "SUCCEEDED"
