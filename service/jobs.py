@@ -142,7 +142,7 @@ class JobService:
         changed = self.store.upsert_windows(job.id, records)
         if changed:
             # "PENDING" means no window yet (`refresh`); the poll may not come before a client reads the job
-            self.store.mark_running(job.id)
+            self.store.set_status(job.id, "RUNNING", "", only_from="PENDING")
             self.metrics.add_windows(changed)
             self.broker.notify(job.id)
         return changed

@@ -195,8 +195,11 @@ class Store:
             rows = c.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
         return {s: 0 for s in STATUSES} | {s: n for s, n in rows}
 
-    def set_status(self, job_id: str, status: str, message: str | None = None) -> bool:
-        """Returns True when the status (or, if given, the message) changed."""
+    def set_status(
+        self, job_id: str, status: str, message: str | None = None, only_from: str | None = None
+    ) -> bool:
+        """Returns True when the status (or, if given, the message) changed. `only_from`: change it only
+        from this status, in the same statement (so a status stored meanwhile is never overwritten)."""
         t = now()
         values: dict[str, Any] = {"status": status, "updated_at": t}
         if message is not None:
@@ -207,18 +210,10 @@ class Store:
             changed = jobs.c.status != status
             if message is not None:
                 changed = or_(changed, jobs.c.message != values["message"])
-            n = c.execute(update(jobs).where(jobs.c.id == job_id, changed).values(**values))
-        return n.rowcount > 0
-
-    def mark_running(self, job_id: str) -> bool:
-        """PENDING -> RUNNING (a window arrived: the run started), in one statement, so a status the poll
-        stored meanwhile (a terminal one) is never overwritten. Returns True when it changed."""
-        with self.write_lock, self.engine.begin() as c:
-            n = c.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == "PENDING")
-                .values(status="RUNNING", message="", updated_at=now())
-            )
+            where = [jobs.c.id == job_id, changed]
+            if only_from is not None:
+                where.append(jobs.c.status == only_from)
+            n = c.execute(update(jobs).where(*where).values(**values))
         return n.rowcount > 0
 
     # windows
