@@ -692,11 +692,6 @@ class EvidenceConfig(ControllerConfig):
     already say "lower" (the benchmark's byte LM on 5 of its 6 runs). A rate 10x too high does its damage by
     the schedule's peak, and a fresh pool at a time moves at most twice in a 20-window run's 6-window rise.
     Later pools are not read this way: at its best rate the LM says "lower" through most of its rise."""
-    run_down_past_peak: float | None = None
-    """With `high_start_runs_down`: a run down still going at the rise's end carries its pool into the
-    anneal and may go on there up to the same window (`2 * (evidence_windows - 1)`), not held by the
-    anneal's bias, where the loss has stalled by this ratio (the median loss at least this fraction of its
-    value `evidence_windows` windows earlier). None: the run ends with the rise. Measurement option."""
     fit_floor: float | None = 1e-3
     """No move up of the rate once the window's median healthy loss is below this fraction of the run's
     starting loss (`Window.initial_loss`): the network fits its training set there, a longer step always
@@ -967,15 +962,6 @@ class EvidenceController(Controller):
                 # a new phase: the old evidence carried the old phase's bias, except a pool for "higher" at
                 # the rise's end (`carry_into_anneal`), which the anneal's bias can only work against
                 carry = cfg.carry_into_anneal and sign_test and bias < 0 < bias_of[name] and sum(history) > 0
-                carry = carry or (
-                    cfg.run_down_past_peak is not None
-                    and cfg.high_start_runs_down
-                    and sign_test
-                    and bias < 0 < bias_of[name]
-                    and streak.get(name, 0) < 0
-                    and first_verdict.get(name, 0) < 0
-                    and index <= 2 * (cfg.evidence_windows - 1)
-                )
                 history = history if carry else ()
             if math.isfinite(previous):
                 bias_of[name] = bias
@@ -1018,16 +1004,11 @@ class EvidenceController(Controller):
             # a rate whose first pool said "lower" throughout runs down in the rise, while its pool still
             # holds a window of that first pool, up to window `last_run_down` (`high_start_runs_down`)
             last_run_down = 2 * (cfg.evidence_windows - 1)
-            past_peak_stalled = (
-                cfg.run_down_past_peak is not None
-                and len(recent) > cfg.evidence_windows
-                and _stalled(recent, cfg.run_down_past_peak, cfg.evidence_windows)
-            )
             runs_down = (
                 cfg.high_start_runs_down
                 and sign_test
                 and d < 0
-                and (bias > 0 or (streak.get(name, 0) < 0 and past_peak_stalled))
+                and bias > 0
                 and first_verdict.get(name, 0) < 0
                 and index <= last_run_down
                 and _sign(streak.get(name, 0)) <= 0
@@ -1049,15 +1030,7 @@ class EvidenceController(Controller):
             keeps_up = sign_test and d > 0 and cfg.continue_up and not came_down[name]
             running = cfg.run_through_bias and keeps_up and streak.get(name, 0) > 0
             held_up = False
-            if (
-                d
-                and cfg.bias_aware
-                and d == bias
-                and not excluded
-                and not climb
-                and not running
-                and not runs_down
-            ):
+            if d and cfg.bias_aware and d == bias and not excluded and not climb and not running:
                 notes.append(f"{name}: z {z:+.2f} points the way the schedule's bias does; holding")
                 if cfg.held_up_counts and d > 0 and not came_down[name]:
                     count, first_level = evidence.get(name + HELD_UP, (0.0, level))
