@@ -43,6 +43,8 @@ CENTRE = {
     "autoencoder": 3e-3,
     "cnn_rmsprop": 1e-3,
     "deep_mlp": 3e-3,
+    "waveforms": 0.1,
+    "ratings": 0.01,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

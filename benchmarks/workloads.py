@@ -348,6 +348,140 @@ class DigitsDeepMLP(Digits):
             return nn.Sequential(*layers, nn.Linear(size, 10))
 
 
+@dataclass
+class Waveforms(Task):
+    """Synthetic 1-D signal classification: 6 classes of sine waves at nearby frequencies (a period of 6 to
+    11 samples), each with a random phase, amplitude and slow drift, under Gaussian noise of unit variance,
+    64 samples long; a 1-D convolutional network (dilations 1, 2, 4, no normalization, global average
+    pooling); metric validation cross-entropy. No chance level is named."""
+
+    classes: int = 6
+    length: int = 64
+    channels: int = 32
+    train: int = 8192
+    validation: int = 2048
+    batch_size: int = 32
+    noise: float = 1.0
+    name: str = field(default="waveforms", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
+        n = self.train + self.validation
+        y = torch.randint(0, self.classes, (n,), generator=g)
+        period = 6.0 + y.float()  # class c: a period of 6 + c samples
+        t = torch.arange(self.length, dtype=torch.float32)
+        phase = 2 * math.pi * torch.rand(n, 1, generator=g)
+        amplitude = 0.5 + torch.rand(n, 1, generator=g)
+        drift = torch.randn(n, 1, generator=g) * t / self.length
+        wave = amplitude * torch.sin(2 * math.pi * t / period[:, None] + phase) + drift
+        x = wave + self.noise * torch.randn(n, self.length, generator=g)
+        return x[:, None, :], y
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            c = self.channels
+            return nn.Sequential(
+                nn.Conv1d(1, c, 5, padding=2),
+                nn.ReLU(),
+                nn.Conv1d(c, c, 5, padding=4, dilation=2),
+                nn.ReLU(),
+                nn.Conv1d(c, c, 5, padding=8, dilation=4),
+                nn.ReLU(),
+                nn.AdaptiveAvgPool1d(1),
+                nn.Flatten(),
+                nn.Linear(c, self.classes),
+            )
+
+    def batches(self, rank: int, replicas: int, seed: int):
+        return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.cross_entropy(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x, y = self._data()
+        return {
+            "val_loss": float(nn.functional.cross_entropy(model(x[: self.validation]), y[: self.validation]))
+        }
+
+
+class _Factors(nn.Module):
+    def __init__(self, users: int, items: int, dim: int) -> None:
+        super().__init__()
+        self.user, self.item = nn.Embedding(users, dim), nn.Embedding(items, dim)
+        self.user_bias, self.item_bias = nn.Embedding(users, 1), nn.Embedding(items, 1)
+        for e in (self.user, self.item):
+            nn.init.normal_(e.weight, std=0.1)
+        for e in (self.user_bias, self.item_bias):
+            nn.init.zeros_(e.weight)
+
+    def forward(self, pairs: torch.Tensor) -> torch.Tensor:
+        u, i = pairs[:, 0], pairs[:, 1]
+        dot = (self.user(u) * self.item(i)).sum(1)
+        return dot + self.user_bias(u)[:, 0] + self.item_bias(i)[:, 0]
+
+
+@dataclass
+class Ratings(Task):
+    """Matrix factorization: ratings of 300 users by 300 items from a fixed rank-8 truth plus user and
+    item offsets and noise (standardised); 20,000 observed pairs to train on, 4,096 held out; a dot product
+    of 32-wide embeddings plus biases; metric validation MSE. Sparse data that a model this wide can
+    overfit. No chance level is named."""
+
+    users: int = 300
+    items: int = 300
+    rank: int = 8
+    dim: int = 32
+    train: int = 20_000
+    validation: int = 4096
+    batch_size: int = 64
+    noise: float = 0.5
+    name: str = field(default="ratings", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
+        n = self.train + self.validation
+        u = torch.randn(self.users, self.rank, generator=g)
+        v = torch.randn(self.items, self.rank, generator=g)
+        pairs = torch.stack(
+            [
+                torch.randint(0, self.users, (n,), generator=g),
+                torch.randint(0, self.items, (n,), generator=g),
+            ],
+            1,
+        )
+        y = (u[pairs[:, 0]] * v[pairs[:, 1]]).sum(1) / math.sqrt(self.rank)
+        y = (
+            y
+            + 0.5 * torch.randn(self.users, generator=g)[pairs[:, 0]]
+            + 0.5 * torch.randn(self.items, generator=g)[pairs[:, 1]]
+        )
+        y = y + self.noise * torch.randn(n, generator=g)
+        return pairs, (y - y.mean()) / y.std()
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _Factors(self.users, self.items, self.dim)
+
+    def batches(self, rank: int, replicas: int, seed: int):
+        return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x, y = self._data()
+        return {"val_loss": float(nn.functional.mse_loss(model(x[: self.validation]), y[: self.validation]))}
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -355,7 +489,9 @@ class Workload:
     optimizer: str
     """'sgd' (momentum 0.9, cycled by OneCycle), 'adam', 'adamw' (weight decay 0.01), 'nadam' or 'rmsprop'
     (torch's defaults; OneCycle cycles NAdam's beta1, and RMSprop's momentum from 0.95 to 0.85 and back, as
-    torch's `OneCycleLR` does for any optimizer with a `momentum` setting)."""
+    torch's `OneCycleLR` does for any optimizer with a `momentum` setting), 'nesterov' (SGD, Nesterov
+    momentum 0.9, weight decay 5e-4) or 'adagrad' (torch's defaults; no momentum to cycle, so both schedulers
+    get `cycle_momentum=False`)."""
     steps: int
     sync_every: int
 
@@ -374,6 +510,10 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
         return torch.optim.NAdam(params, lr=lr)
     if kind == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr)
+    if kind == "nesterov":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    if kind == "adagrad":
+        return torch.optim.Adagrad(params, lr=lr)
     if kind == "prodigy":
         from prodigyopt import Prodigy
 
@@ -405,6 +545,8 @@ TASKS = {
     "autoencoder": (DigitsAutoencoder, {}, "adamw"),
     "cnn_rmsprop": (DigitsCNN, {"batch_norm": False}, "rmsprop"),
     "deep_mlp": (DigitsDeepMLP, {}, "nadam"),
+    "waveforms": (Waveforms, {}, "nesterov"),
+    "ratings": (Ratings, {}, "adagrad"),
 }
 
 
@@ -458,6 +600,9 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     arm = job["arm"]
     kind = job["optimizer"] if arm == "lrfree" else opt_kind
     optimizer = make_optimizer(kind, model.parameters(), job["max_lr"] / 25.0, base=opt_kind)
+    # OneCycle cycles a momentum or beta1 by default and refuses an optimizer with neither (Adagrad): such a
+    # user passes cycle_momentum=False, to both schedulers
+    cycles = {"cycle_momentum": False} if not {"momentum", "betas"} & set(optimizer.defaults) else {}
     hdet = None
     if arm == "hdet":
         from hdet_ray import HDETDivergedError, HDETOneCycleLR
@@ -472,12 +617,13 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
             total_steps=steps,
             model=net,
             seed=seed,
+            **cycles,
             **options,
         )
         scheduler = hdet
     else:
         net = DistributedDataParallel(model) if world > 1 else model
-        scheduler = OneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps)
+        scheduler = OneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps, **cycles)
     batches = task.batches(rank, world, seed)
     replica_val: list[list[list[float]]] = []
     diverged = False
