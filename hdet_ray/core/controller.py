@@ -692,6 +692,9 @@ class EvidenceConfig(ControllerConfig):
     already say "lower" (the benchmark's byte LM on 5 of its 6 runs). A rate 10x too high does its damage by
     the schedule's peak, and a fresh pool at a time moves at most twice in a 20-window run's 6-window rise.
     Later pools are not read this way: at its best rate the LM says "lower" through most of its rise."""
+    canary_ends_climb: bool = False
+    """No move up of the rate on a window that excluded its top replica (the highest rate) as unhealthy:
+    the run of moves up ends there and its pool starts afresh. Measurement option."""
     fit_floor: float | None = 1e-3
     """No move up of the rate once the window's median healthy loss is below this fraction of the run's
     starting loss (`Window.initial_loss`): the network fits its training set there, a longer step always
@@ -995,6 +998,13 @@ class EvidenceController(Controller):
                 began = "higher" if first_verdict[name] > 0 else "neither way throughout"
                 notes.append(f"{name}: z {z:+.2f} points down, but the run began by saying {began}; holding")
                 d = 0
+            top = max(range(n), key=lambda i: p.coords[i]) if n else 0
+            canary = (
+                d > 0 and cfg.canary_ends_climb and name == cfg.rollback_param and not window.healthy[top]
+            )
+            if canary:
+                notes.append(f"{name}: z {z:+.2f} points up, but the top replica failed; the climb ends")
+                d = 0
             if d > 0 and fitted and name == cfg.rollback_param:
                 notes.append(
                     f"{name}: z {z:+.2f} points up, but the loss is below {cfg.fit_floor:g} x its start "
@@ -1040,10 +1050,10 @@ class EvidenceController(Controller):
                 d = 0
             if not d:
                 # a verdict on a full pool (not one building up, nor a "higher" counted as held) ends a run
-                if len(history) >= cfg.evidence_windows and not held_up:
+                if (len(history) >= cfg.evidence_windows and not held_up) or canary:
                     streak[name] = 0
                     evidence.pop(name + HELD_UP, None)
-                evidence[key] = history
+                evidence[key] = () if canary else history
                 offsets[name] = p.offset
                 continue
             run = streak.get(name, 0)
