@@ -1,6 +1,6 @@
 """Unseen: the HDET defaults on model and data families no default was chosen on, in the issue's setting.
 
-    python -m benchmarks.unseen            # 9 workloads: 500 steps, 3 seeds (~1 hour, 2 cores)
+    python -m benchmarks.unseen            # 11 workloads: 500 steps, 3 seeds (~1 hour, 2 cores)
     python -m benchmarks.unseen --seeds 3 4   # more seeds (resumes; the oracle stays that of seeds 0 to 2)
     python -m benchmarks.unseen --quick    # softmax at 20 steps, 1 seed: checks that it runs
 
@@ -12,7 +12,8 @@ best rate sits at the edge of stability) and a synthetic tabular classifier (fea
 10, an MLP with dropout, SGD + momentum; added after the first three had run), then a ViT, a residual CNN
 and an undercomplete autoencoder on the digits (AdamW; reconstruction MSE), each added once the defaults
 were fixed, and last a CNN with no normalization layer under RMSprop and a deep ReLU MLP with none under
-NAdam (two optimizers no benchmark had run). The setting is the issue's: 500
+NAdam (two optimizers no benchmark had run), then a 1-D CNN on synthetic signals under SGD with Nesterov
+momentum and weight decay and a matrix factorization under Adagrad. The setting is the issue's: 500
 steps, the README's three-line change with the defaults (its sync period at 500 steps is 25, the value the
 jobs pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload
 (`CENTRE`, a familiar default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0

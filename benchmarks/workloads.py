@@ -15,7 +15,8 @@ momentum), then two added after every default of 2026-12-03 was fixed: `vit` (a 
 digits' 2x2 patches, AdamW) and `resnet` (a residual CNN with GroupNorm on the digits, SGD + momentum), and
 on 2026-12-04 `autoencoder` (an undercomplete autoencoder on the digits, reconstruction MSE, AdamW), then
 `cnn_rmsprop` (a CNN with no normalization layer, RMSprop) and `deep_mlp` (a deep ReLU MLP with no
-normalization layer, NAdam).
+normalization layer, NAdam), and on 2026-12-05 `waveforms` (a dilated 1-D CNN on synthetic signals, SGD with
+Nesterov momentum and weight decay) and `ratings` (matrix factorization, Adagrad).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one

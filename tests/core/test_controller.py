@@ -948,3 +948,36 @@ def test_evidence_windows_of_higher_held_by_the_bias_count_toward_the_climb_with
     split = [replace(w, hypergradient=h) for w, h in zip(windows, hs, strict=True)]
     _, ds = run(make_controller("evidence", **every), split)
     assert [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted] == [(13, 0.25)]
+
+
+def test_evidence_a_failed_top_replica_ends_a_run_of_moves_up():
+    from dataclasses import replace
+
+    # the rise from half the peak, the loss falling 3% a window (stalled), the hypergradient "higher"
+    # throughout; in window 4 one replica fails
+    bases = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0, 1.0]
+
+    def moves(failed, **settings):
+        windows = []
+        for i, b in enumerate(bases):
+            healthy = [r != failed for r in range(4)] if i == 4 else None
+            w = window([2.0 * 0.97**i] * 4, index=i, step=10 * (i + 1), base=b, healthy=healthy)
+            windows.append(replace(w, hypergradient=0.3, params={"lr": replace(w.params["lr"], peak=1.0)}))
+        state, ds = run(make_controller("evidence", **settings), windows)
+        assert ControllerState.from_dict(state.to_dict()) == state
+        return [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted], ds
+
+    # no failure: the run of moves up goes on (0.5, 0.75, ...)
+    ran, _ = moves(None)
+    assert ran[:3] == [(3, 0.5), (4, 0.75), (5, 0.75)]
+    # the top replica (the highest rate, MULTS[3]) fails in window 4: no move there, the run ends, and its
+    # pool starts afresh, so the next move up waits for a full pool of its own (window 8 is past the end)
+    ran, ds = moves(3)
+    assert ran == [(3, 0.5)]
+    assert "the top replica failed; the climb ends" in ds[4].note
+    # a lower replica failing is not the canary: the run goes on
+    ran, _ = moves(0)
+    assert ran[:3] == [(3, 0.5), (4, 0.75), (5, 0.75)]
+    # off: the failed top replica does not end the run
+    ran, _ = moves(3, canary_ends_climb=False)
+    assert ran[:3] == [(3, 0.5), (4, 0.75), (5, 0.75)]
