@@ -120,6 +120,7 @@ def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
         run = run + 1 if met and not acted else 0
         out.append(acted)
         memory.note_blowups(r.reasons.values())
+        memory.note_rise(r.losses, config)
         memory.remember(r.losses, r.healthy, r.rollback, restored=r.rollback)  # a snapshot is held by default
     return out
 

@@ -240,6 +240,7 @@ class Health(_Model):
     regressed_start: bool = core_default(HealthConfig, "regressed_start")
     replica_learned: bool = core_default(HealthConfig, "replica_learned")
     stuck_after_blowup: bool = core_default(HealthConfig, "stuck_after_blowup")
+    rose_above_start: bool = core_default(HealthConfig, "rose_above_start")
     stuck_above_best: float | None = Field(
         core_default(HealthConfig, "stuck_above_best"), gt=1, description="null: off"
     )
@@ -264,6 +265,7 @@ class Health(_Model):
             regressed_start=self.regressed_start,
             replica_learned=self.replica_learned,
             stuck_after_blowup=self.stuck_after_blowup,
+            rose_above_start=self.rose_above_start,
             stuck_above_best=self.stuck_above_best,
         )
 

@@ -30,7 +30,9 @@ A replica is unhealthy when
   median had given back over half the progress, or sits above the run's initial loss, is not kept as that
   target (a network can die over two or three windows that each look healthy, before it has learned 5%).
   In a run where a replica has blown up, replicas that agree at chance or above are stuck too, learned or
-  not (`stuck_after_blowup`): a rate too high can kill a network before it learns. And replicas that agree
+  not (`stuck_after_blowup`): a rate too high can kill a network before it learns. Before the run has
+  learned, a replica whose window loss rose above the initial loss by `chance_margin` counts as blown up
+  for this (`rose_above_start`): a rate merely too low stays flat on the plateau. And replicas that agree
   well above the run's best window median (`stuck_above_best`) are stuck too: a constant predictor's loss
   can also sit far below the untrained network's (an autoencoder that outputs the mean image), and such a
   window is no rollback target either.
@@ -115,6 +117,17 @@ class HealthConfig:
     cut) a slow restart is too, so a restore clears the blow-up. False: only a run that had learned can be
     stuck."""
 
+    rose_above_start: bool = True
+    """For `stuck_after_blowup`, a replica also counts as having blown up when, before the run has learned
+    (no window median, nor any replica's window loss, `chance_margin` below the run's initial loss), its
+    window loss rises above that initial loss by more than `chance_margin`: the untrained network's level
+    plus the margin "had learned" uses below it. A rate that leaves a network worse than untrained before
+    it has learned anything overshoots; a rate merely too low, flat on the same plateau, does not rise
+    above it. `benchmarks.unseen`'s waveforms CNN from 10x too high (seeds 5 and 9) had one or two replicas
+    15% to 25% above the first loss in a window of the rise, no replica past 2x, and then every replica at
+    the constant guess's ln 6 whatever its rate for the rest of the run, with no rollback. Over every
+    recorded run of the benchmarks' results files the stuck verdict it adds holds in those two runs alone
+    (docs/benchmarks.md). False: only the blow-ups above count."""
     stuck_above_best: float | None = 1.25
     """A window is also dead when its replicas' losses agree within `stuck_spread` whatever their rates while
     their median is above this multiple of the run's best window median (judged on the difference, so a

@@ -71,11 +71,23 @@ class HealthMemory:
         met = all(healthy) and stuck(stats, config, *memory, self.blown) is not None
         self.stuck_run = self.stuck_run + 1 if met else 0  # acted on (every replica failed): starts afresh
         self.note_blowups(reasons.values())
+        self.note_rise([s.mean_loss for s in stats], config)
         return healthy, reasons
 
     def note_blowups(self, reasons: Iterable[str]) -> None:
         """Remember whether any of a window's reasons for leaving a replica out is a blow-up (`blown`)."""
         self.blown = self.blown or any(blew_up(reason) for reason in reasons)
+
+    def note_rise(self, losses: Sequence[float], config: HealthConfig) -> None:
+        """Count a window as a blow-up (`blown`) where, before the run has learned, a replica's window loss
+        rose above the run's initial loss by more than `chance_margin` of it (`rose_above_start`)."""
+        finite = [x for x in losses if math.isfinite(x)]
+        if not (config.rose_above_start and finite and math.isfinite(self.initial_loss)):
+            return
+        margin = config.chance_margin * abs(self.initial_loss)
+        learned = min(self.best_loss, self.best_replica, *finite) < self.initial_loss - margin
+        if not learned and max(finite) > self.initial_loss + margin:
+            self.blown = True
 
     def keep(self, losses: Sequence[float]) -> None:
         """The rollback snapshot was kept from this window: a rollback returns the run to its level."""

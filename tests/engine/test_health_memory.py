@@ -162,3 +162,44 @@ def test_a_restore_clears_the_blow_up():
     kept = HealthMemory(initial_loss=2.321, blown=True)
     kept.remember([2.3, 9.0, 2.3, 2.3], [True, False, True, True], False)  # survivors averaged: still blown
     assert kept.blown
+
+
+def test_a_replica_above_the_first_loss_before_the_run_learned_counts_as_a_blow_up():
+    # `benchmarks.unseen`'s waveforms CNN from 10x too high, seed 9: in window 1 two replicas rose 13% and
+    # 17% above the first loss (1.800, ln 6 = 1.792 is the constant guess), none past 2x; from window 2
+    # every replica sat at the first loss whatever its rate, and no rule saw the network die
+    from hdet_ray.core.health import ReplicaStats
+
+    windows = [
+        (1.800, [1.790, 1.789, 1.787, 1.787]),
+        (1.775, [1.831, 1.848, 2.107, 2.035]),
+        (1.808, [1.800, 1.805, 1.803, 1.800]),
+        (1.818, [1.791, 1.789, 1.793, 1.809]),
+    ]
+
+    def verdicts(config, windows=windows):
+        m, out = HealthMemory(), []
+        for first, losses in windows:
+            stats = [
+                ReplicaStats(
+                    mean_loss=x, first_loss=first, tail_loss=x, min_loss=x, params_finite=True, count=25
+                )
+                for x in losses
+            ]
+            healthy, reasons = m.assess(stats, config)
+            m.remember(losses, healthy, rolled_back=not any(healthy), restored=not any(healthy))
+            out.append((healthy, reasons))
+        return out, m
+
+    out, _ = verdicts(HealthConfig())
+    assert [all(h) for h, _ in out] == [True, True, True, False]  # stuck two windows in a row: acts at 3
+    assert all("after a replica blew up" in r for r in out[3][1].values())
+    off, m = verdicts(HealthConfig(rose_above_start=False))
+    assert all(all(h) for h, _ in off) and not m.blown
+    # a rate too low sits flat on the same plateau without rising above it: never stuck
+    flat = [(first, [min(x, 1.80) for x in losses]) for first, losses in windows]
+    assert all(all(h) for h, _ in verdicts(HealthConfig(), flat)[0])
+    # once the run has learned (a window 10% below its first loss), a rise is judged by the other rules
+    learned = [windows[0], (1.6, [1.55, 1.5, 1.52, 1.53]), windows[1]]
+    _, m = verdicts(HealthConfig(), learned)
+    assert not m.blown

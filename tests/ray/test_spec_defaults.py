@@ -44,6 +44,7 @@ from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, c
                 "regressed_start",
                 "replica_learned",
                 "stuck_after_blowup",
+                "rose_above_start",
             ],
         ),
     ],
