@@ -732,7 +732,8 @@ class EvidenceConfig(ControllerConfig):
     `step_size`. From 10x too low, side by side: the issue's MLP 1.073x -> 1.024x of the oracle (fresh seeds
     0.953x -> 0.885x), an unseen deep MLP 1.47x -> 1.02x, the byte LM at 20 windows 1.054x -> 1.038x; but
     the quality MLP at 20 windows 1.115x -> 1.194x over fifteen seeds (its climb now stops at 7.4x, not
-    9.5x, of a start 10x too low). Counting all three earlier windows lost on
+    9.5x, of a start 10x too low) and an unseen 1-D CNN 1.16x -> 1.31x over ten (its climb overshoots from
+    the plateau of its first windows). Counting all three earlier windows lost on
     three workloads; counting at every climb lost on the BatchNorm CNN at 60 windows (docs/benchmarks.md,
     "How the defaults were chosen"). 0: every climb starts at `step_size`."""
     held_up_max: int | None = None
