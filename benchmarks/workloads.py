@@ -101,7 +101,36 @@ class DigitsAutoencoder(Digits):
 
 
 @dataclass
-class Regression(Task):
+class _Synthetic(Task):
+    """A fixed synthetic data set (`_data`: inputs and targets, the first `validation` rows held out) in
+    shuffled batches of `batch_size` per rank, trained and validated on `criterion` (`metric` val_loss)."""
+
+    criterion = staticmethod(nn.functional.mse_loss)
+    validation: int = 1024
+    batch_size: int = 32
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def batches(self, rank: int, replicas: int, seed: int):
+        return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return self.criterion(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x, y = self._data()
+        was_training = model.training
+        model.eval()  # dropout off (the tabular classifier's); the other tasks have no such layer
+        loss = self.criterion(model(x[: self.validation]), y[: self.validation])
+        model.train(was_training)
+        return {"val_loss": float(loss)}
+
+
+@dataclass
+class Regression(_Synthetic):
     """Teacher-student regression: 16 Gaussian inputs, the target a fixed random tanh network's output plus
     noise (scaled to unit variance), the student an MLP with LayerNorm and GELU; metric validation MSE. No
     chance level: the loss scale is not a cross-entropy's."""
@@ -114,6 +143,7 @@ class Regression(Task):
     noise: float = 0.1
     name: str = field(default="regression", init=False)
     metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.mse_loss)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(0)  # one fixed data set for every run
@@ -138,18 +168,6 @@ class Regression(Task):
                 nn.Linear(w, 1),
             )
 
-    def batches(self, rank: int, replicas: int, seed: int):
-        return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
-
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        x, y = batch
-        return nn.functional.mse_loss(model(x), y)
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x, y = self._data()
-        return {"val_loss": float(nn.functional.mse_loss(model(x[: self.validation]), y[: self.validation]))}
-
 
 def _shuffled(
     x: torch.Tensor, y: torch.Tensor, validation: int, batch_size: int, rank: int, replicas: int, seed: int
@@ -165,7 +183,7 @@ def _shuffled(
 
 
 @dataclass
-class Tabular(Task):
+class Tabular(_Synthetic):
     """Synthetic tabular classification: 32 Gaussian features on scales from 0.1 to 10 (ill-conditioned for
     SGD), 8 classes given by a fixed random tanh network on the standardised features, 5% of the labels
     redrawn at random; an MLP with dropout 0.1; metric validation cross-entropy. No chance level is named."""
@@ -179,6 +197,7 @@ class Tabular(Task):
     flip: float = 0.05
     name: str = field(default="tabular", init=False)
     metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.cross_entropy)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(0)  # one fixed data set for every run
@@ -204,22 +223,6 @@ class Tabular(Task):
                 nn.Dropout(0.1),
                 nn.Linear(w, self.classes),
             )
-
-    def batches(self, rank: int, replicas: int, seed: int):
-        return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
-
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        x, y = batch
-        return nn.functional.cross_entropy(model(x), y)
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x, y = self._data()
-        was_training = model.training
-        model.eval()
-        loss = nn.functional.cross_entropy(model(x[: self.validation]), y[: self.validation])
-        model.train(was_training)
-        return {"val_loss": float(loss)}
 
 
 class _GRU(nn.Module):
@@ -350,7 +353,7 @@ class DigitsDeepMLP(Digits):
 
 
 @dataclass
-class Waveforms(Task):
+class Waveforms(_Synthetic):
     """Synthetic 1-D signal classification: 6 classes of sine waves at nearby frequencies (a period of 6 to
     11 samples), each with a random phase, amplitude and slow drift, under Gaussian noise of unit variance,
     64 samples long; a 1-D convolutional network (dilations 1, 2, 4, no normalization, global average
@@ -365,6 +368,7 @@ class Waveforms(Task):
     noise: float = 1.0
     name: str = field(default="waveforms", init=False)
     metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.cross_entropy)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(0)  # one fixed data set for every run
@@ -395,20 +399,6 @@ class Waveforms(Task):
                 nn.Linear(c, self.classes),
             )
 
-    def batches(self, rank: int, replicas: int, seed: int):
-        return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
-
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        x, y = batch
-        return nn.functional.cross_entropy(model(x), y)
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x, y = self._data()
-        return {
-            "val_loss": float(nn.functional.cross_entropy(model(x[: self.validation]), y[: self.validation]))
-        }
-
 
 class _Factors(nn.Module):
     def __init__(self, users: int, items: int, dim: int) -> None:
@@ -427,7 +417,7 @@ class _Factors(nn.Module):
 
 
 @dataclass
-class Ratings(Task):
+class Ratings(_Synthetic):
     """Matrix factorization: ratings of 300 users by 300 items from a fixed rank-8 truth plus user and
     item offsets and noise (standardised); 20,000 observed pairs to train on, 4,096 held out; a dot product
     of 32-wide embeddings plus biases; metric validation MSE. Sparse data that a model this wide can
@@ -443,6 +433,7 @@ class Ratings(Task):
     noise: float = 0.5
     name: str = field(default="ratings", init=False)
     metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.mse_loss)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(0)  # one fixed data set for every run
@@ -469,18 +460,6 @@ class Ratings(Task):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return _Factors(self.users, self.items, self.dim)
-
-    def batches(self, rank: int, replicas: int, seed: int):
-        return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
-
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        x, y = batch
-        return nn.functional.mse_loss(model(x), y)
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x, y = self._data()
-        return {"val_loss": float(nn.functional.mse_loss(model(x[: self.validation]), y[: self.validation]))}
 
 
 @dataclass(frozen=True)
