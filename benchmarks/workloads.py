@@ -16,7 +16,9 @@ digits' 2x2 patches, AdamW) and `resnet` (a residual CNN with GroupNorm on the d
 on 2026-12-04 `autoencoder` (an undercomplete autoencoder on the digits, reconstruction MSE, AdamW), then
 `cnn_rmsprop` (a CNN with no normalization layer, RMSprop) and `deep_mlp` (a deep ReLU MLP with no
 normalization layer, NAdam), and on 2026-12-05 `waveforms` (a dilated 1-D CNN on synthetic signals, SGD with
-Nesterov momentum and weight decay) and `ratings` (matrix factorization, Adagrad).
+Nesterov momentum and weight decay) and `ratings` (matrix factorization, Adagrad), then `heteroscedastic` (a
+regression on the Gaussian negative log-likelihood of a predicted mean and variance, whose training loss ends
+below zero; Adam).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -129,6 +131,13 @@ class _Synthetic(Task):
         return {"val_loss": float(loss)}
 
 
+def _teacher(x: torch.Tensor, hidden: int, g: torch.Generator) -> torch.Tensor:
+    """A fixed random tanh network's output (n, 1) on inputs `x`, its weights drawn from `g`."""
+    w1 = torch.randn(x.shape[1], hidden, generator=g) * 2.0 / math.sqrt(x.shape[1])
+    w2 = torch.randn(hidden, 1, generator=g) / math.sqrt(hidden)
+    return torch.tanh(x @ w1) @ w2
+
+
 @dataclass
 class Regression(_Synthetic):
     """Teacher-student regression: 16 Gaussian inputs, the target a fixed random tanh network's output plus
@@ -148,9 +157,7 @@ class Regression(_Synthetic):
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(0)  # one fixed data set for every run
         x = torch.randn(self.train + self.validation, self.inputs, generator=g)
-        w1 = torch.randn(self.inputs, 64, generator=g) * 2.0 / math.sqrt(self.inputs)
-        w2 = torch.randn(64, 1, generator=g) / math.sqrt(64)
-        y = torch.tanh(x @ w1) @ w2
+        y = _teacher(x, 64, g)
         y = y + self.noise * y.std() * torch.randn(y.shape, generator=g)
         return x, (y - y.mean()) / y.std()
 
@@ -462,6 +469,55 @@ class Ratings(_Synthetic):
             return _Factors(self.users, self.items, self.dim)
 
 
+def _gaussian_nll(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Gaussian negative log-likelihood (less its constant) of targets `y` (n, 1) under the mean `out[:, :1]`
+    and log-variance `out[:, 1:]`: negative once the predicted spread is below about 0.6."""
+    mean, log_var = out[:, :1], out[:, 1:]
+    return 0.5 * (log_var + (y - mean) ** 2 * torch.exp(-log_var)).mean()
+
+
+@dataclass
+class Heteroscedastic(_Synthetic):
+    """Regression with input-dependent noise, trained on the Gaussian negative log-likelihood of a predicted
+    mean and log-variance, so the training loss crosses zero and ends negative (a log-density); 8 Gaussian
+    inputs, the mean a fixed random tanh network's output (unit variance), the noise's sd 0.05 to 0.5 by a
+    second one; an MLP with GELU; metric `val_error`, the held-out mean squared error of the predicted mean
+    against the noise-free truth. No chance level."""
+
+    width: int = 128
+    inputs: int = 8
+    train: int = 8192
+    name: str = field(default="heteroscedastic", init=False)
+    metric: str = field(default="val_error", init=False)
+    criterion = staticmethod(_gaussian_nll)
+
+    def _truth(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
+        x = torch.randn(self.train + self.validation, self.inputs, generator=g)
+        mean = _teacher(x, 32, g)
+        mean = (mean - mean.mean()) / mean.std()
+        sd = 0.05 + 0.45 * torch.sigmoid(2.0 * x @ torch.randn(self.inputs, 1, generator=g))
+        return x, mean + sd * torch.randn(mean.shape, generator=g), mean
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y, _ = self._truth()
+        return x, y
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x, _, mean = self._truth()
+        out = model(x[: self.validation])
+        return {"val_error": float(((out[:, :1] - mean[: self.validation]) ** 2).mean())}
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            w = self.width
+            return nn.Sequential(
+                nn.Linear(self.inputs, w), nn.GELU(), nn.Linear(w, w), nn.GELU(), nn.Linear(w, 2)
+            )
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -527,6 +583,7 @@ TASKS = {
     "deep_mlp": (DigitsDeepMLP, {}, "nadam"),
     "waveforms": (Waveforms, {}, "nesterov"),
     "ratings": (Ratings, {}, "adagrad"),
+    "heteroscedastic": (Heteroscedastic, {}, "adam"),
 }
 
 

@@ -613,7 +613,9 @@ class EvidenceConfig(ControllerConfig):
     """A move down on healthy windows needs the run to have stalled: the median loss at least this fraction
     of its value `evidence_windows` windows earlier (so no such move in the first evidence_windows + 1
     windows). While the loss still falls fast (it halved), the replicas below the edge of stability look
-    better than those at it, and the final result still prefers the edge. None: no stall test."""
+    better than those at it, and the final result still prefers the edge. A window with a healthy loss at
+    or below zero (a log-density's) has no such ratio: the run counts as not stalled there, and its stall
+    test starts afresh once the loss is positive again. None: no stall test."""
     down_stall_ratio: float | None = None
     """A stricter stall test for moves down only (None: `stall_ratio`): a move down on healthy windows also
     needs the median loss at least this fraction of its value `evidence_windows` windows earlier. Climbs
@@ -887,11 +889,10 @@ class EvidenceController(Controller):
         if cfg.shard_correction:
             losses = scored
         excluded = not all(window.healthy)
-        healthy = [
-            math.log(x)
-            for x, ok in zip(window.losses, window.healthy, strict=True)
-            if ok and 0 < x < math.inf
-        ]
+        finite = [x for x, ok in zip(window.losses, window.healthy, strict=True) if ok and math.isfinite(x)]
+        # a loss at or below zero (a log-density) has no ratio to judge a stall by: the level is unknown
+        unscaled = bool(finite) and min(finite) <= 0.0
+        healthy = [] if unscaled else [math.log(x) for x in finite]
         level = statistics.median(healthy) if healthy else math.nan  # the window's median log-loss
         # the network fits its training set: the training loss cannot tell a rate that generalises
         fitted = (
@@ -900,12 +901,16 @@ class EvidenceController(Controller):
             and level < math.log(cfg.fit_floor * window.initial_loss)
         )
         recent = state.recent_loss
-        if healthy:
+        if unscaled:
+            recent = ()
+        elif healthy:
             recent = (*recent, level)[-(cfg.evidence_windows + 1) :]
         # not (yet) known to have stalled: too few windows, or the median loss now is below stall_ratio x its
-        # value evidence_windows windows ago
+        # value evidence_windows windows ago, or a loss at or below zero
         falling = ""
-        if cfg.stall_ratio is not None and len(recent) <= cfg.evidence_windows:
+        if cfg.stall_ratio is not None and unscaled:
+            falling = "while the loss is at or below zero (no ratio to judge a stall by)"
+        elif cfg.stall_ratio is not None and len(recent) <= cfg.evidence_windows:
             falling = "before the run has shown whether it stalls"
         elif cfg.stall_ratio is not None and not _stalled(recent, cfg.stall_ratio, cfg.evidence_windows):
             falling = "while the loss still falls fast"

@@ -4,10 +4,11 @@ A replica is unhealthy when
 - its window loss or its parameters are non-finite;
 - its loss blew up while staying finite. Two conditions, both needed:
   * relative: its window mean or the mean over the window's second half is above `blowup_factor` x the
-    reference, the larger of the window's starting loss (the converged parameters' loss on the window's first
-    batches: the mean of the replicas' first-step losses) and the previous window's converged median; where
-    the starting loss itself blew up against the lower of that median and the run's best
-    (`regressed_start`), that lower level alone;
+    reference (judged on the distance from zero, `above`, so a loss below zero reads right), the larger of
+    the window's starting loss (the converged parameters' loss on the window's first batches: the mean of
+    the replicas' first-step losses) and the previous window's converged median; where the starting loss
+    itself blew up against the lower of that median and the run's best (`regressed_start`), that lower
+    level alone;
   * absolute: the rise above the reference gives back at least `blowup_progress` of what the run has learned
     so far (the run's initial loss minus the reference). Near zero loss a window that doubles 0.0007 to 0.0019
     is noise, not a blow-up: it gave back 0.05% of the progress from 2.3.
@@ -49,7 +50,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HealthConfig:
     blowup_factor: float = 2.0
-    """Unhealthy when the window's tail loss exceeds this multiple of the window's starting loss."""
+    """Unhealthy when the window's tail loss exceeds this multiple of the window's starting loss (judged on
+    the distance from zero, so for a reference at or below zero, a log-density's, the loss must rise above
+    it by (blowup_factor - 1) x its size: `above`)."""
     chance_loss: float | None = None
     """The loss of a dead model (ln(classes) for cross-entropy); None disables the check."""
     chance_tolerance: float = 0.03
@@ -217,7 +220,7 @@ def assess(
         if (
             config.regressed_start
             and math.isfinite(first)
-            and first > config.blowup_factor * level
+            and above(first, level, config.blowup_factor)
             and first - level > config.blowup_progress * max(initial - level, 0.0)
         ):
             reference = level
@@ -291,6 +294,14 @@ back 12%: 0.050 -> 0.074 of 0.25 -> 0.050)."""
 BLEW_UP = "loss blew up"
 NON_FINITE = "non-finite"
 """How `_reason` begins the reasons that are blow-ups (`blew_up` reads them back: one place for both)."""
+
+
+def above(loss: float, reference: float, factor: float) -> bool:
+    """Whether `loss` is above `factor` x `reference`, judged on the distance from zero: it rose above the
+    reference by more than (factor - 1) x |reference|. For a positive reference the same as loss > factor x
+    reference; for one at or below zero (a log-density, which a Gaussian negative log-likelihood reaches) a
+    rise to 2 x -0.5 = -1.0 would be no rise at all, and is judged by its size instead."""
+    return loss - reference > (factor - 1.0) * abs(reference)
 
 
 def blew_up(reason: str) -> bool:
@@ -375,8 +386,7 @@ def _reason(
     worst = max(s.tail_loss, s.mean_loss)
     if (
         math.isfinite(reference)
-        and reference > 0
-        and worst > config.blowup_factor * reference
+        and above(worst, reference, config.blowup_factor)
         and worst - reference > floor
     ):
         return f"{BLEW_UP} ({worst:.4g} > {config.blowup_factor:g} x reference {reference:.4g})"

@@ -499,6 +499,26 @@ def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
     assert all(d.offsets["lr"] == 0.0 for d in ds)
 
 
+def test_evidence_a_loss_at_or_below_zero_has_no_stall_ratio():
+    # a flat schedule whose hypergradient says "lower" from window 1 on, the loss barely falling: on positive
+    # losses the stall test passes and the rate moves down at window 4, then again once a fresh pool is full
+    # (window 8). A log-density's loss crosses zero (windows 5 on): "fell by less than half" has no meaning
+    # there, so the run counts as not stalled and holds, instead of reading the last positive windows
+    from dataclasses import replace
+
+    def measured(i, h, loss):
+        return replace(window([loss] * 4, index=i, step=10 * (i + 1)), hypergradient=h)
+
+    signs = [0.3] + [-0.3] * 9
+    c = make_controller("evidence")
+    _, ds = run(c, [measured(i, h, 1.0 - 0.01 * i) for i, h in enumerate(signs)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [4, 8]
+    crossing = [measured(i, h, 1.0 - 0.01 * i if i < 5 else -0.5 - 0.01 * i) for i, h in enumerate(signs)]
+    _, ds = run(c, crossing)
+    assert [i for i, d in enumerate(ds) if d.acted] == [4]
+    assert "at or below zero" in ds[8].note
+
+
 def test_evidence_reads_the_hypergradient_as_a_sign_test_behind_the_same_gates():
     from dataclasses import replace
 

@@ -84,6 +84,25 @@ def test_a_2x_wiggle_near_zero_loss_is_noise_not_a_blow_up():
     assert healthy == [False, True] and "blew up" in reasons[0]
 
 
+def test_a_blow_up_from_a_negative_loss_is_caught_and_a_wiggle_there_is_not():
+    # a Gaussian negative log-likelihood (`benchmarks.unseen`'s heteroscedastic regression) starts near 0.6
+    # and ends near -0.6; "above 2 x -0.5" is judged on the distance from zero, not as a loss above -1.0
+    cfg = HealthConfig()
+    memory = dict(previous=-0.5, best=-0.5, initial=0.6)
+    window = [
+        stats(0.1, first=-0.5, tail=0.3),  # rose 0.8 above -0.5: over |-0.5| and over 1/4 of the progress
+        stats(-0.45, first=-0.5, tail=-0.4),  # a wiggle of 0.1
+        stats(-0.5, first=-0.5),
+        stats(-0.52, first=-0.5),
+    ]
+    healthy, reasons = assess(window, cfg, **memory)
+    assert healthy == [False, True, True, True] and "blew up" in reasons[0], reasons
+    # a window that starts at a loss that rose from -0.5 to -0.3 did not regress past the reference
+    # (`regressed_start`): a replica at -0.2 is judged against -0.3 and is healthy
+    start = [stats(-0.25, first=-0.3, tail=-0.2), stats(-0.3, first=-0.3), stats(-0.35, first=-0.3)]
+    assert assess(start, cfg, **memory)[0] == [True, True, True]
+
+
 def test_a_network_back_at_its_first_window_loss_is_dead_without_chance_loss():
     cfg = HealthConfig()  # chance_loss=None: the user named no chance level
     assert cfg.chance_loss is None
