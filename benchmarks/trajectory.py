@@ -31,6 +31,13 @@ def load(results: Path, key: str) -> dict[str, Any]:
     raise SystemExit(f"no run {key!r} in {results}")
 
 
+def loss_scale(records: list[dict[str, Any]]) -> str:
+    """The loss panel's axis: 'log', or 'linear' where a window loss is at or below zero (a log-density's,
+    which a log axis would drop)."""
+    seen = [x for r in records for x in r["losses"] if x is not None and math.isfinite(x)]
+    return "log" if seen and min(seen) > 0 else "linear"
+
+
 def plot(row: dict[str, Any], path: Path, param: str = "lr") -> Path:
     import matplotlib
 
@@ -81,7 +88,7 @@ def plot(row: dict[str, Any], path: Path, param: str = "lr") -> Path:
         if r.get("rollback"):
             for ax in (rates, losses, metric):
                 ax.axvline(r["window"], color="red", alpha=0.4)
-    losses.set_yscale("log")
+    losses.set_yscale(loss_scale(records))
     losses.set_ylabel("window mean training loss")
     values = [
         (r["window"], v)

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import torch
 
 from benchmarks import workloads
 
@@ -24,3 +25,16 @@ def test_the_autoencoder_reconstructs_its_input_and_names_no_chance_level():
     x, _ = next(task.batches(0, 1, 0))
     assert model(x).shape == x.shape
     assert task.chance_loss is None  # a dead autoencoder outputs the mean image, far below its first loss
+
+
+def test_the_heteroscedastic_loss_goes_below_zero_and_its_plot_keeps_it():
+    # a Gaussian negative log-likelihood: a mean predicted exactly with a small variance scores below zero,
+    # and the trajectory plot's loss panel falls back to a linear axis, which keeps such windows
+    from benchmarks.trajectory import loss_scale
+
+    task, _ = workloads.build("heteroscedastic")
+    x, y = next(task.batches(0, 1, 0))
+    exact = torch.cat([y, torch.full_like(y, -4.0)], dim=1)  # log-variance -4
+    assert task.criterion(exact, y).item() == pytest.approx(-2.0)
+    assert loss_scale([{"losses": [0.6, 0.5]}, {"losses": [-0.2, 0.1]}]) == "linear"
+    assert loss_scale([{"losses": [0.6, None]}, {"losses": [0.2, math.nan]}]) == "log"
