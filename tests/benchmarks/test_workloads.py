@@ -33,7 +33,7 @@ def test_the_heteroscedastic_loss_goes_below_zero_and_its_plot_keeps_it():
     from benchmarks.trajectory import loss_scale
 
     task, _ = workloads.build("heteroscedastic")
-    x, y = next(task.batches(0, 1, 0))
+    _, y = next(task.batches(0, 1, 0))
     exact = torch.cat([y, torch.full_like(y, -4.0)], dim=1)  # log-variance -4
     assert task.criterion(exact, y).item() == pytest.approx(-2.0)
     assert loss_scale([{"losses": [0.6, 0.5]}, {"losses": [-0.2, 0.1]}]) == "linear"
