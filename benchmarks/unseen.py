@@ -47,6 +47,7 @@ CENTRE = {
     "waveforms": 0.1,
     "ratings": 0.01,
     "heteroscedastic": 1e-3,
+    "smoothed": 3e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995
