@@ -320,6 +320,15 @@ class HDETOneCycleLR(OneCycleLR):
         return self.records[-1]
 
     def _end_window(self) -> None:
+        if self.state.window == 0 and self.state.loss.count == 0 and self.replicas > 1:
+            warnings.warn(
+                f"HDETOneCycleLR: no training loss reached the scheduler in its first window "
+                f"({self.sync_every} steps). Pass it to every step, scheduler.step(loss=loss) (or call "
+                "scheduler.observe(loss) before step()): without it the controller cannot move the rate and "
+                "the health checks see the parameters only.",
+                UserWarning,
+                stacklevel=3,
+            )
         self._sync(self.state, self._assignment)
         self._keep_window_start()
         self.state.window += 1

@@ -270,6 +270,34 @@ def test_gradient_accumulation_leaves_the_mean_of_the_accumulated_gradients():
         assert torch.allclose(o["after"], mean, rtol=1e-6, atol=1e-7)
 
 
+def forgets_the_loss(rank, world, pass_loss):
+    """Ten steps of a 5-step window with `scheduler.step()`, or `step(loss=loss)`: the warnings raised."""
+    import warnings
+
+    torch.manual_seed(rank)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sched = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5, model=model, seed=1)
+        for _ in range(10):
+            loss = (model(torch.randn(8, 3)) - 1.0).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step(loss=loss) if pass_loss else sched.step()
+    return [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("pass_loss", [False, True])
+def test_a_script_that_never_passes_the_loss_is_told_once(pass_loss):
+    # the README's change is three lines; forgetting `loss=` leaves every window without losses, which the
+    # controller can only hold on: say so at the first window's end, once
+    for warned in run_ranks(forgets_the_loss, 2, pass_loss):
+        told = [w for w in warned if "no training loss reached the scheduler" in w]
+        assert len(told) == (0 if pass_loss else 1) and all("step(loss=loss)" in w for w in told)
+
+
 # -- non-finite replicas, rollback, divergence ---------------------------------------------------------------
 def _short_run(**options):
     """A model, SGD and a 40-step HDET schedule that syncs every 5 steps (log spread 2)."""
