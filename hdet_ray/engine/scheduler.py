@@ -219,6 +219,11 @@ class HDETOneCycleLR(OneCycleLR):
     def observe(self, loss: torch.Tensor | float) -> None:
         """Record the current step's training loss (a tensor is accumulated on its device, never read on
         the host here). Does not advance the schedule: call it before `step()`, e.g. from a callback."""
+        if isinstance(loss, torch.Tensor) and loss.numel() != 1:
+            raise ValueError(
+                f"loss must be the step's scalar training loss (one element), got a tensor of shape "
+                f"{tuple(loss.shape)}: pass the loss you call backward() on, e.g. loss.mean()"
+            )
         self.state.loss.add(loss, self.state.in_window)
 
     def step(self, epoch: int | None = None, *, loss: torch.Tensor | float | None = None) -> None:

@@ -64,6 +64,16 @@ def test_a_loss_passed_positionally_is_refused_with_the_fix(bad):
         ours.step(bad)
 
 
+def test_a_loss_of_more_than_one_element_is_refused_with_the_fix():
+    # a per-example loss (reduction="none") is not the step's loss: say so, not "shape '[]' is invalid"
+    _, b = _opt()
+    ours = HDETOneCycleLR(b, max_lr=0.5, total_steps=20)
+    with pytest.raises(ValueError, match=r"loss must be the step's scalar training loss.*\(8,\)"):
+        ours.step(loss=torch.ones(8))
+    ours.step(loss=torch.ones(1))  # one element of any shape is a scalar
+    assert ours.steps_done == 1
+
+
 def test_observe_then_step_equals_step_with_loss():
     scheds = []
     for use_observe in (True, False):
