@@ -48,6 +48,7 @@ CENTRE = {
     "ratings": 0.01,
     "heteroscedastic": 1e-3,
     "smoothed": 3e-3,
+    "lstm": 1.0,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

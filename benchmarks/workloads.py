@@ -19,7 +19,8 @@ normalization layer, NAdam), and on 2026-12-05 `waveforms` (a dilated 1-D CNN on
 Nesterov momentum and weight decay) and `ratings` (matrix factorization, Adagrad), then `heteroscedastic` (a
 regression on the Gaussian negative log-likelihood of a predicted mean and variance, whose training loss ends
 below zero; Adam) and `smoothed` (the tabular data with a residual MLP trained with label smoothing, whose
-loss has a floor well above zero; AdamW).
+loss has a floor well above zero; AdamW) and `lstm` (an LSTM byte LM, SGD + momentum with the gradient
+clipped at norm 0.5).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -284,11 +285,13 @@ class SmoothedTabular(Tabular):
             return _ResidualMLP(self.features, self.width, self.blocks, self.classes)
 
 
-class _GRU(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
+class _Recurrent(nn.Module):
+    """Byte embedding, one recurrent layer (`cell`: nn.GRU or nn.LSTM), a linear head over the 256 bytes."""
+
+    def __init__(self, dim: int, hidden: int, cell: type[nn.Module]) -> None:
         super().__init__()
         self.embed = nn.Embedding(256, dim)
-        self.rnn = nn.GRU(dim, hidden, batch_first=True)
+        self.rnn = cell(dim, hidden, batch_first=True)
         self.head = nn.Linear(hidden, 256)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -301,11 +304,22 @@ class ByteGRU(ByteLM):
 
     hidden: int = 64
     name: str = field(default="bytegru", init=False)
+    cell = nn.GRU
 
     def model(self, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            return _GRU(self.dim, self.hidden)
+            return _Recurrent(self.dim, self.hidden, self.cell)
+
+
+@dataclass
+class ByteLSTM(ByteGRU):
+    """A one-layer LSTM over the byte LM's data, trained the way recurrent LMs long were: SGD with momentum
+    and the gradient clipped to norm `clip` after every backward pass (in both arms, as its user would)."""
+
+    clip: float = 0.5
+    name: str = field(default="bytelstm", init=False)
+    cell = nn.LSTM
 
 
 @dataclass
@@ -637,6 +651,7 @@ TASKS = {
     "ratings": (Ratings, {}, "adagrad"),
     "heteroscedastic": (Heteroscedastic, {}, "adam"),
     "smoothed": (SmoothedTabular, {}, "adamw"),
+    "lstm": (ByteLSTM, {"context": 32, "dim": 32, "val_bytes": 16_384}, "sgd"),
 }
 
 
@@ -715,6 +730,7 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         net = DistributedDataParallel(model) if world > 1 else model
         scheduler = OneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps, **cycles)
     batches = task.batches(rank, world, seed)
+    clip = float(job.get("clip") or getattr(task, "clip", 0.0))  # the job's, else the workload's own
     replica_val: list[list[list[float]]] = []
     diverged = False
     try:
@@ -722,8 +738,8 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
             loss = task.loss(net, next(batches))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            if job.get("clip"):  # the user's gradient clip, between backward() and step()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), float(job["clip"]))
+            if clip:  # the user's gradient clip, between backward() and step()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
             if hdet is not None:
                 window = hdet.window
