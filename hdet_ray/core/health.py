@@ -389,5 +389,7 @@ def _reason(
         and above(worst, reference, config.blowup_factor)
         and worst - reference > floor
     ):
-        return f"{BLEW_UP} ({worst:.4g} > {config.blowup_factor:g} x reference {reference:.4g})"
+        if reference > 0:
+            return f"{BLEW_UP} ({worst:.4g} > {config.blowup_factor:g} x reference {reference:.4g})"
+        return f"{BLEW_UP} ({worst:.4g}, {worst - reference:.4g} above reference {reference:.4g})"
     return None

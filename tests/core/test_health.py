@@ -97,6 +97,7 @@ def test_a_blow_up_from_a_negative_loss_is_caught_and_a_wiggle_there_is_not():
     ]
     healthy, reasons = assess(window, cfg, **memory)
     assert healthy == [False, True, True, True] and "blew up" in reasons[0], reasons
+    assert "0.8 above reference -0.5" in reasons[0]  # not "0.3 > 2 x reference -0.5"
     # a window that starts at a loss that rose from -0.5 to -0.3 did not regress past the reference
     # (`regressed_start`): a replica at -0.2 is judged against -0.3 and is healthy
     start = [stats(-0.25, first=-0.3, tail=-0.2), stats(-0.3, first=-0.3), stats(-0.35, first=-0.3)]
