@@ -124,20 +124,28 @@ class _Synthetic(Task):
         x, y = batch
         return self.criterion(model(x), y)
 
+    def _validation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The held-out inputs and what `_score` compares the model's output with."""
+        x, y = self._data()
+        return x[: self.validation], y[: self.validation]
+
+    def _score(self, out: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+        return {"val_loss": float(self.criterion(out, target))}
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x, y = self._data()
+        x, target = self._validation()
         was_training = model.training
         model.eval()  # dropout off (the tabular classifier's); the other tasks have no such layer
-        loss = self.criterion(model(x[: self.validation]), y[: self.validation])
+        out = model(x)
         model.train(was_training)
-        return {"val_loss": float(loss)}
+        return self._score(out, target)
 
 
-def _teacher(x: torch.Tensor, hidden: int, g: torch.Generator) -> torch.Tensor:
-    """A fixed random tanh network's output (n, 1) on inputs `x`, its weights drawn from `g`."""
+def _teacher(x: torch.Tensor, hidden: int, g: torch.Generator, outputs: int = 1) -> torch.Tensor:
+    """A fixed random tanh network's output (n, `outputs`) on inputs `x`, its weights drawn from `g`."""
     w1 = torch.randn(x.shape[1], hidden, generator=g) * 2.0 / math.sqrt(x.shape[1])
-    w2 = torch.randn(hidden, 1, generator=g) / math.sqrt(hidden)
+    w2 = torch.randn(hidden, outputs, generator=g) / math.sqrt(hidden)
     return torch.tanh(x @ w1) @ w2
 
 
@@ -213,9 +221,7 @@ class Tabular(_Synthetic):
         g = torch.Generator().manual_seed(0)  # one fixed data set for every run
         n = self.train + self.validation
         z = torch.randn(n, self.features, generator=g)
-        w1 = torch.randn(self.features, 64, generator=g) * 2.0 / math.sqrt(self.features)
-        w2 = torch.randn(64, self.classes, generator=g)
-        y = (torch.tanh(z @ w1) @ w2).argmax(1)
+        y = _teacher(z, 64, g, outputs=self.classes).argmax(1)
         redraw = torch.rand(n, generator=g) < self.flip
         y = torch.where(redraw, torch.randint(0, self.classes, (n,), generator=g), y)
         return z * torch.logspace(-1, 1, self.features), y
@@ -270,14 +276,8 @@ class SmoothedTabular(Tabular):
     metric: str = field(default="val_error", init=False)
     criterion = staticmethod(partial(nn.functional.cross_entropy, label_smoothing=0.1))
 
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x, y = self._data()
-        was_training = model.training
-        model.eval()
-        wrong = model(x[: self.validation]).argmax(1) != y[: self.validation]
-        model.train(was_training)
-        return {"val_error": float(wrong.float().mean())}
+    def _score(self, out: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+        return {"val_error": float((out.argmax(1) != target).float().mean())}
 
     def model(self, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
@@ -569,11 +569,12 @@ class Heteroscedastic(_Synthetic):
         x, y, _ = self._truth()
         return x, y
 
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x, _, mean = self._truth()
-        out = model(x[: self.validation])
-        return {"val_error": float(((out[:, :1] - mean[: self.validation]) ** 2).mean())}
+    def _validation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, _, mean = self._truth()  # scored against the noise-free mean
+        return x[: self.validation], mean[: self.validation]
+
+    def _score(self, out: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+        return {"val_error": float(((out[:, :1] - target) ** 2).mean())}
 
     def model(self, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
