@@ -20,7 +20,9 @@ Nesterov momentum and weight decay) and `ratings` (matrix factorization, Adagrad
 regression on the Gaussian negative log-likelihood of a predicted mean and variance, whose training loss ends
 below zero; Adam) and `smoothed` (the tabular data with a residual MLP trained with label smoothing, whose
 loss has a floor well above zero; AdamW) and `lstm` (an LSTM byte LM, SGD + momentum with the gradient
-clipped at norm 0.5).
+clipped at norm 0.5), and on 2026-12-05 `graph` (a two-layer GCN on a synthetic graph, full-batch, so that
+dropout is a gradient's only noise; Adam) and `multilabel` (24 sigmoid cross-entropies on synthetic
+features, whose loss first falls fast to the labels' base rates; AdamW).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -200,6 +202,14 @@ def _shuffled(
             yield x[idx], y[idx]
 
 
+def _two_hidden(inputs: int, width: int, outputs: int, dropout: float = 0.0) -> nn.Sequential:
+    """An MLP with two hidden ReLU layers of `width`, each followed by dropout if `dropout` > 0."""
+    layers: list[nn.Module] = []
+    for size in (inputs, width):
+        layers += [nn.Linear(size, width), nn.ReLU()] + ([nn.Dropout(dropout)] if dropout > 0 else [])
+    return nn.Sequential(*layers, nn.Linear(width, outputs))
+
+
 @dataclass
 class Tabular(_Synthetic):
     """Synthetic tabular classification: 32 Gaussian features on scales from 0.1 to 10 (ill-conditioned for
@@ -229,16 +239,7 @@ class Tabular(_Synthetic):
     def model(self, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            w = self.width
-            return nn.Sequential(
-                nn.Linear(self.features, w),
-                nn.ReLU(),
-                nn.Dropout(0.1),
-                nn.Linear(w, w),
-                nn.ReLU(),
-                nn.Dropout(0.1),
-                nn.Linear(w, self.classes),
-            )
+            return _two_hidden(self.features, self.width, self.classes, dropout=0.1)
 
 
 class _ResidualMLP(nn.Module):
@@ -585,6 +586,124 @@ class Heteroscedastic(_Synthetic):
             )
 
 
+class _GCN(nn.Module):
+    """Two graph convolutions (Kipf and Welling's): logits = A relu(A dropout(X) W1) W2 with the normalised
+    adjacency A = D^-1/2 (adjacency + I) D^-1/2, dropout 0.5 on the features and the hidden layer; called
+    with node indices, it returns those nodes' logits (the whole graph is propagated each call). The graph is
+    a plain attribute, not a buffer: fixed, the same on every rank, nothing to average."""
+
+    def __init__(self, features: torch.Tensor, adjacency: torch.Tensor, hidden: int, classes: int) -> None:
+        super().__init__()
+        self.features, self.adjacency = features, adjacency
+        self.first, self.second = nn.Linear(features.shape[1], hidden), nn.Linear(hidden, classes)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, nodes: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(torch.sparse.mm(self.adjacency, self.first(self.dropout(self.features))))
+        return torch.sparse.mm(self.adjacency, self.second(self.dropout(h)))[nodes]
+
+
+@dataclass
+class Graph(_Synthetic):
+    """Semi-supervised node classification on a fixed synthetic graph (a stochastic block model): 3,000
+    nodes in 6 classes, about 8 edges per node, 60% of them within a class; each node's 64 features are its
+    class's mean direction under Gaussian noise (a linear model on the features alone gets half the held-out
+    nodes right, the GCN about 84%); 1,200 labelled nodes to train on, 1,000 held
+    out, the rest unlabelled; a two-layer GCN; metric validation cross-entropy. Full-batch: every step reads
+    the rank's whole share of the labelled nodes, so the only noise in a gradient is dropout's. No chance
+    level is named."""
+
+    nodes: int = 3000
+    classes: int = 6
+    features: int = 64
+    degree: float = 8.0
+    within: float = 0.6
+    signal: float = 0.15
+    hidden: int = 64
+    train: int = 1200
+    validation: int = 1000
+    name: str = field(default="graph", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.cross_entropy)
+
+    def _graph(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(features (nodes, features), the normalised adjacency (sparse), labels (nodes,))."""
+        g = torch.Generator().manual_seed(0)  # one fixed graph for every run
+        n, c = self.nodes, self.classes
+        y = torch.randint(0, c, (n,), generator=g)
+        means = nn.functional.normalize(torch.randn(c, self.features, generator=g), dim=1)
+        x = self.signal * math.sqrt(self.features) * means[y] + torch.randn(n, self.features, generator=g)
+        edges = int(n * self.degree / 2)
+        u = torch.randint(0, n, (edges,), generator=g)
+        same = torch.rand(edges, generator=g) < self.within
+        # the other end: a random node of u's class, or of a random other class
+        other = (y[u] + torch.randint(1, c, (edges,), generator=g)) % c
+        target = torch.where(same, y[u], other)
+        by_class = torch.argsort(y, stable=True)  # the nodes of class 0, then of class 1, ...
+        count = torch.bincount(y, minlength=c)
+        start = torch.cumsum(count, 0) - count
+        pick = (torch.rand(edges, generator=g) * count[target]).long()
+        v = by_class[start[target] + pick]
+        loops = torch.arange(n)
+        rows, cols = torch.cat([u, v, loops]), torch.cat([v, u, loops])
+        edge = torch.unique(rows * n + cols)  # each (row, column) once: a repeated edge counts once
+        i = torch.stack([edge // n, edge % n])
+        d = torch.bincount(i[0], minlength=n).float().rsqrt()
+        adjacency = torch.sparse_coo_tensor(i, d[i[0]] * d[i[1]], (n, n), check_invariants=True).coalesce()
+        return x, adjacency, y
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        _, _, y = self._graph()
+        labelled = torch.arange(self.validation + self.train)  # the held-out nodes first
+        return labelled, y[labelled]
+
+    def batches(self, rank: int, replicas: int, seed: int):
+        nodes, y = self._data()
+        nodes, y = nodes[self.validation :][rank::replicas], y[self.validation :][rank::replicas]
+        while True:  # full-batch: the rank's whole share every step
+            yield nodes, y
+
+    def model(self, seed: int) -> nn.Module:
+        x, adjacency, _ = self._graph()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _GCN(x, adjacency, self.hidden, self.classes)
+
+
+@dataclass
+class Multilabel(_Synthetic):
+    """Multi-label classification: 32 Gaussian features, 24 labels, each on where a fixed random tanh
+    network's output for it passes its own 90th percentile (about 10% of labels on), 3% of them flipped;
+    an MLP (two hidden ReLU layers of 256) on a sigmoid cross-entropy per label, so the loss first falls fast
+    as the labels' base rates are learned (0.69 to about 0.33) and the rest is slower; metric validation
+    loss. No chance level is named."""
+
+    features: int = 32
+    labels: int = 24
+    width: int = 256
+    train: int = 8192
+    validation: int = 2048
+    batch_size: int = 32
+    flip: float = 0.03
+    name: str = field(default="multilabel", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.binary_cross_entropy_with_logits)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
+        n = self.train + self.validation
+        x = torch.randn(n, self.features, generator=g)
+        score = _teacher(x, 64, g, outputs=self.labels)
+        y = (score > score.quantile(0.9, dim=0)).float()
+        flipped = torch.rand(y.shape, generator=g) < self.flip
+        return x, torch.where(flipped, 1.0 - y, y)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _two_hidden(self.features, self.width, self.labels)
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -653,6 +772,8 @@ TASKS = {
     "heteroscedastic": (Heteroscedastic, {}, "adam"),
     "smoothed": (SmoothedTabular, {}, "adamw"),
     "lstm": (ByteLSTM, {"context": 32, "dim": 32, "val_bytes": 16_384}, "sgd"),
+    "graph": (Graph, {}, "adam"),
+    "multilabel": (Multilabel, {}, "adamw"),
 }
 
 

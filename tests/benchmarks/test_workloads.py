@@ -38,3 +38,15 @@ def test_the_heteroscedastic_loss_goes_below_zero_and_its_plot_keeps_it():
     assert task.criterion(exact, y).item() == pytest.approx(-2.0)
     assert loss_scale([{"losses": [0.6, 0.5]}, {"losses": [-0.2, 0.1]}]) == "linear"
     assert loss_scale([{"losses": [0.6, None]}, {"losses": [0.2, math.nan]}]) == "log"
+
+
+def test_the_graph_is_symmetric_and_the_ranks_train_on_disjoint_labelled_nodes_none_held_out():
+    task, _ = workloads.build("graph")
+    _, adjacency, _ = task._graph()
+    dense = adjacency.to_dense()
+    assert torch.equal(dense, dense.T) and bool((dense.diagonal() > 0).all())  # self-loops, undirected
+    shards = [next(task.batches(rank, 4, 0))[0] for rank in range(4)]
+    nodes = torch.cat(shards)
+    assert len(set(nodes.tolist())) == task.train == len(nodes)  # full-batch: every labelled node, once
+    assert int(nodes.min()) >= task.validation  # the held-out nodes are the first `validation`
+    assert torch.equal(next(task.batches(1, 4, 7))[0], shards[1])  # the same whole share every step
