@@ -22,7 +22,8 @@ below zero; Adam) and `smoothed` (the tabular data with a residual MLP trained w
 loss has a floor well above zero; AdamW) and `lstm` (an LSTM byte LM, SGD + momentum with the gradient
 clipped at norm 0.5), and on 2026-12-05 `graph` (a two-layer GCN on a synthetic graph, full-batch, so that
 dropout is a gradient's only noise; Adam) and `multilabel` (24 sigmoid cross-entropies on synthetic
-features, whose loss first falls fast to the labels' base rates; AdamW).
+features, whose loss first falls fast to the labels' base rates; AdamW), and `spirals` (three spiral arms
+in the plane, an MLP, 8 points a batch per rank; SGD + momentum).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -704,6 +705,40 @@ class Multilabel(_Synthetic):
             return _two_hidden(self.features, self.width, self.labels)
 
 
+@dataclass
+class Spirals(_Synthetic):
+    """Three interleaved spiral arms in the plane, one turn each (each point's angle and radius jittered);
+    8 points a batch per rank (32 a step over 4 ranks, but each replica's window loss and hypergradient
+    come from its own 8), an MLP with two hidden ReLU layers of 128; metric validation cross-entropy. A rate
+    too high leaves it at the constant guess (ln 3). No chance level is named."""
+
+    classes: int = 3
+    turns: float = 1.0
+    jitter: float = 0.15
+    width: int = 128
+    train: int = 8192
+    validation: int = 2048
+    batch_size: int = 8
+    name: str = field(default="spirals", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.cross_entropy)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
+        n = self.train + self.validation
+        y = torch.randint(0, self.classes, (n,), generator=g)
+        r = torch.rand(n, generator=g)  # 0 at the centre, 1 at the arm's end
+        angle = 2 * math.pi * (self.turns * r + y / self.classes)
+        angle = angle + self.jitter * torch.randn(n, generator=g) / (0.2 + r)
+        radius = r + 0.05 * torch.randn(n, generator=g)
+        return torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], 1), y
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _two_hidden(2, self.width, self.classes)
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -774,6 +809,7 @@ TASKS = {
     "lstm": (ByteLSTM, {"context": 32, "dim": 32, "val_bytes": 16_384}, "sgd"),
     "graph": (Graph, {}, "adam"),
     "multilabel": (Multilabel, {}, "adamw"),
+    "spirals": (Spirals, {}, "sgd"),
 }
 
 

@@ -40,16 +40,19 @@ def average_gradients(
     """shared_grad's per-step mean gradient, in place, that one unstable rank cannot poison.
 
     A rank whose gradient is non-finite contributes nothing; a finite one whose norm exceeds `clip` x the
-    ranks' ordinary norm is scaled down to that bound first. A replica past the edge of stability (a high
-    multiplier) has a gradient tens to thousands of times larger than the others': unclipped, the mean is
-    mostly its gradient, and every replica takes a step along it. The ordinary norm is the lower median of
+    ranks' ordinary norm is scaled down to that bound first. Where no rank's gradient is finite the mean is
+    NaN everywhere, as DDP's would be non-finite: a GradScaler then skips the step and backs off (a mean of
+    zero would hide the overflow, and every later step would overflow too), and without one the replicas'
+    parameters turn non-finite and the window's health check rolls back. A replica past the edge of stability
+    (a high multiplier) has a gradient tens to thousands of times larger than the others': unclipped, the mean
+    is mostly its gradient, and every replica takes a step along it. The ordinary norm is the lower median of
     the ranks' norms at this step, or `floor` (0-dim, `GradientScale.floor`: the largest such median of
     earlier healthy windows) where that is larger. Without the floor, shard noise is clipped: near zero
     training loss one example a replica still gets wrong makes its gradient 10x to 170x the median (the
-    quality benchmark's MLP at its oracle's rate, on 40% of the steps), and clipping that cost the run 9%
-    with no spread at all. Two collectives, no host sync: an all-gather of the N norms, then one SUM
-    all-reduce per bucket that carries a contributor count. Returns the gathered norms (on the gradients'
-    device; None when there is no gradient).
+    quality benchmark's MLP at its oracle's rate, on 40% of the steps), and clipping that cost the run 9% with
+    no spread at all. Two collectives, no host sync: an all-gather of the N norms, then one SUM all-reduce per
+    bucket that carries a contributor count. Returns the gathered norms (on the gradients' device; None when
+    there is no gradient).
     """
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
@@ -72,7 +75,7 @@ def average_gradients(
             [torch.where(ok, f * scale.to(f.dtype), torch.zeros_like(f)), ok.to(f.dtype).reshape(1)]
         )
         dist.all_reduce(f, op=dist.ReduceOp.SUM, group=group)
-        flats[i] = f[:-1] / f[-1:].clamp(min=1.0)
+        flats[i] = f[:-1] / f[-1:]  # no finite rank: 0 / 0, not finite, as DDP's mean would be
     converge.unpack(flats, grads)
     return torch.cat(norms)
 

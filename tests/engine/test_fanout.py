@@ -54,6 +54,41 @@ def test_under_a_users_ddp_the_shared_gradient_is_still_poison_proof_and_clipped
         assert o["held"] and o["released"]  # no_sync() while the scheduler lives, DDP's sync back after
 
 
+def scaled_overflow(rank, world, overflow_ranks):
+    """One mixed-precision step with torch's GradScaler (on CPU, float32) at a scale of 2^100, the same on
+    every rank as it is in a real run: an input of 1e30 makes the scaled gradient overflow to inf on the
+    ranks in `overflow_ranks`; the others' (input 4) stay finite."""
+    from hdet_ray import HDETOneCycleLR
+
+    model = torch.nn.Linear(2, 1, bias=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5, model=model)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**100)
+    before = model.weight.detach().clone()
+    x = 1e30 if rank in overflow_ranks else 4.0
+    scaler.scale(model(torch.tensor([[x, x]])).sum()).backward()
+    finite = bool(torch.isfinite(model.weight.grad).all())
+    scaler.step(opt)
+    scaler.update()
+    scheduler.close()
+    moved = not torch.equal(model.weight.detach(), before)
+    return {"finite": finite, "moved": moved, "scale": scaler.get_scale()}
+
+
+@pytest.mark.parametrize("overflow_ranks", [(0, 1, 2, 3), (3,)])
+def test_a_grad_scaler_sees_an_overflow_that_every_rank_had_and_backs_off(overflow_ranks):
+    # DDP hands every rank inf when one overflows, and the scaler skips the step and halves its scale. The
+    # shared gradient leaves a non-finite rank out; with every rank out there is no gradient to average, and
+    # a mean of zero (what the count's floor of 1 made) hid the overflow: the scaler stepped and kept its
+    # scale, so every later step overflowed too. One rank of four: the others' mean is a real gradient
+    outs = run_ranks(scaled_overflow, 4, overflow_ranks)
+    everyone = len(overflow_ranks) == 4
+    for o in outs:
+        assert o["finite"] is not everyone
+        assert o["moved"] is not everyone  # skipped where nothing finite was left, stepped otherwise
+        assert o["scale"] == 2.0**99 if everyone else 2.0**100  # backed off, or kept
+
+
 NOISY = {0: [1.0, 0.0], 1: [0.0, 1.0], 2: [1.0, 0.0], 3: [10.0, 0.0]}
 
 
