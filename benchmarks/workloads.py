@@ -114,11 +114,17 @@ class _Synthetic(Task):
     shuffled batches of `batch_size` per rank, trained and validated on `criterion` (`metric` val_loss)."""
 
     criterion = staticmethod(nn.functional.mse_loss)
+    train: int = 8192
     validation: int = 1024
     batch_size: int = 32
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+    def _draw(self) -> tuple[torch.Generator, int]:
+        """The generator a data set is drawn from (seeded 0: one fixed data set for every run) and its number
+        of rows, `train` + `validation`."""
+        return torch.Generator().manual_seed(0), self.train + self.validation
 
     def batches(self, rank: int, replicas: int, seed: int):
         return _shuffled(*self._data(), self.validation, self.batch_size, rank, replicas, seed)
@@ -160,7 +166,6 @@ class Regression(_Synthetic):
 
     width: int = 128
     inputs: int = 16
-    train: int = 8192
     validation: int = 1024
     batch_size: int = 32
     noise: float = 0.1
@@ -169,7 +174,7 @@ class Regression(_Synthetic):
     criterion = staticmethod(nn.functional.mse_loss)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
+        g, _ = self._draw()
         x = torch.randn(self.train + self.validation, self.inputs, generator=g)
         y = _teacher(x, 64, g)
         y = y + self.noise * y.std() * torch.randn(y.shape, generator=g)
@@ -220,7 +225,6 @@ class Tabular(_Synthetic):
     features: int = 32
     classes: int = 8
     width: int = 256
-    train: int = 8192
     validation: int = 2048
     batch_size: int = 32
     flip: float = 0.05
@@ -229,8 +233,7 @@ class Tabular(_Synthetic):
     criterion = staticmethod(nn.functional.cross_entropy)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
-        n = self.train + self.validation
+        g, n = self._draw()
         z = torch.randn(n, self.features, generator=g)
         y = _teacher(z, 64, g, outputs=self.classes).argmax(1)
         redraw = torch.rand(n, generator=g) < self.flip
@@ -437,7 +440,6 @@ class Waveforms(_Synthetic):
     classes: int = 6
     length: int = 64
     channels: int = 32
-    train: int = 8192
     validation: int = 2048
     batch_size: int = 32
     noise: float = 1.0
@@ -446,8 +448,7 @@ class Waveforms(_Synthetic):
     criterion = staticmethod(nn.functional.cross_entropy)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
-        n = self.train + self.validation
+        g, n = self._draw()
         y = torch.randint(0, self.classes, (n,), generator=g)
         period = 6.0 + y.float()  # class c: a period of 6 + c samples
         t = torch.arange(self.length, dtype=torch.float32)
@@ -511,8 +512,7 @@ class Ratings(_Synthetic):
     criterion = staticmethod(nn.functional.mse_loss)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
-        n = self.train + self.validation
+        g, n = self._draw()
         u = torch.randn(self.users, self.rank, generator=g)
         v = torch.randn(self.items, self.rank, generator=g)
         pairs = torch.stack(
@@ -554,13 +554,12 @@ class Heteroscedastic(_Synthetic):
 
     width: int = 128
     inputs: int = 8
-    train: int = 8192
     name: str = field(default="heteroscedastic", init=False)
     metric: str = field(default="val_error", init=False)
     criterion = staticmethod(_gaussian_nll)
 
     def _truth(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
+        g, _ = self._draw()
         x = torch.randn(self.train + self.validation, self.inputs, generator=g)
         mean = _teacher(x, 32, g)
         mean = (mean - mean.mean()) / mean.std()
@@ -629,7 +628,7 @@ class Graph(_Synthetic):
 
     def _graph(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(features (nodes, features), the normalised adjacency (sparse), labels (nodes,))."""
-        g = torch.Generator().manual_seed(0)  # one fixed graph for every run
+        g, _ = self._draw()  # one fixed graph for every run
         n, c = self.nodes, self.classes
         y = torch.randint(0, c, (n,), generator=g)
         means = nn.functional.normalize(torch.randn(c, self.features, generator=g), dim=1)
@@ -682,7 +681,6 @@ class Multilabel(_Synthetic):
     features: int = 32
     labels: int = 24
     width: int = 256
-    train: int = 8192
     validation: int = 2048
     batch_size: int = 32
     flip: float = 0.03
@@ -691,8 +689,7 @@ class Multilabel(_Synthetic):
     criterion = staticmethod(nn.functional.binary_cross_entropy_with_logits)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
-        n = self.train + self.validation
+        g, n = self._draw()
         x = torch.randn(n, self.features, generator=g)
         score = _teacher(x, 64, g, outputs=self.labels)
         y = (score > score.quantile(0.9, dim=0)).float()
@@ -716,7 +713,6 @@ class Spirals(_Synthetic):
     turns: float = 1.0
     jitter: float = 0.15
     width: int = 128
-    train: int = 8192
     validation: int = 2048
     batch_size: int = 8
     name: str = field(default="spirals", init=False)
@@ -724,8 +720,7 @@ class Spirals(_Synthetic):
     criterion = staticmethod(nn.functional.cross_entropy)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(0)  # one fixed data set for every run
-        n = self.train + self.validation
+        g, n = self._draw()
         y = torch.randint(0, self.classes, (n,), generator=g)
         r = torch.rand(n, generator=g)  # 0 at the centre, 1 at the arm's end
         angle = 2 * math.pi * (self.turns * r + y / self.classes)
