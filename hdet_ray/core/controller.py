@@ -685,19 +685,28 @@ class EvidenceConfig(ControllerConfig):
     """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
     hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short
     of where the loss along them stops falling whatever the rate. None: it is read to the end."""
-    high_start_runs_down: bool = False
-    """Measured, not the default. On, a rate whose first full pool of hypergradient signs said "lower" in
-    every window is read as too high: it moves down at once, without the stall test, and while the schedule
-    rises it keeps its pool as long as the pool still holds a window of that first one, so each window that
-    agrees moves again, the step doubling to `max_step_down` (at most 4 moves, x0.17, by window
-    2 * (`evidence_windows` - 1); the first window that says "higher" ends the run). From 10x too high it
-    rescues more (the benchmark's byte LM in the issue's setting 0.975x -> 0.838x of fixed OneCycle, 5
-    seeds), but the same first pool, gathered in the warm-up, also says "lower" at the best rate of several
-    workloads, and nothing in the first windows tells the two apart: at the oracle's rate the spirals MLP
-    ended 1.141x of fixed OneCycle with it and 1.002x without, the regression 1.043x -> 1.019x and the
-    tabular classifier 1.015x -> 1.000x over twenty seeds, the LSTM 1.030x -> 1.011x; over the 17 best-rate
-    runs it changes, 0.918x without it (geometric mean), over the 70 from 10x too high 1.020x
-    (docs/benchmarks.md). A user must not lose at a good rate, so it is off."""
+    high_start_runs_down: bool = True
+    """A rate whose first full pool of hypergradient signs said "lower" in every window is read as too high
+    (with `run_down_on_plateau`, only where its loss has stopped falling): it moves down at once, without the
+    stall test, and while the schedule rises it keeps its pool as long as the pool still holds a window of
+    that first one, so each window that agrees moves again, the step doubling to `max_step_down` (at most 4
+    moves, x0.17, by window 2 * (`evidence_windows` - 1); the first window that says "higher" ends the run).
+    The first pool is gathered in the warm-up, where the rate is a small fraction of its peak: a rate 10x too
+    high can already say "lower" there (the benchmark's byte LM), does its damage by the schedule's peak, and
+    a fresh pool at a time moves at most twice in a 20-window run's 6-window rise. Later pools are not read
+    this way: at its best rate the LM says "lower" through most of its rise."""
+    run_down_on_plateau: bool = True
+    """With `high_start_runs_down`: the run down starts only at the window that completes the first pool,
+    and each of its moves needs that window's median healthy loss at or above the previous window's. The
+    signs alone cannot tell a rate too high from a good one: at the best rate of a regression under Adam, a
+    classifier with dropout, an LSTM and an MLP on spiral data the first pool said "lower" throughout too,
+    and running down on the signs alone (False, the rule until 2026-12-05) cost up to 14% there. What tells
+    them apart is the loss in the warm-up, where the rate rises every window: at a good rate it still falls,
+    past the edge of stability it has stopped (the byte LM from 10x too high: 2.55 -> 2.80 at window 3).
+    Replayed on the 555 stored benchmark runs it changes none at the oracle's rate or from 10x too low (on
+    the twenty-seed files, one: a classifier with dropout, 0.5%); of the 31 from 10x too high it changes, 26
+    end better than with no run down (the byte LM 0.81x-0.89x of it on 2, 4 and 8 processes; on five fresh
+    seeds 0.879x of fixed OneCycle against 0.974x; docs/benchmarks.md)."""
     canary_ends_climb: bool = True
     """No move up of the rate on a window that excluded its top replica (the highest rate) as unhealthy:
     the run of moves up ends there and its pool starts afresh. The spread's top replica is the canary that
@@ -1029,8 +1038,12 @@ class EvidenceController(Controller):
                 )
                 d = 0
             # a rate whose first pool said "lower" throughout runs down in the rise, while its pool still
-            # holds a window of that first pool, up to window `last_run_down` (`high_start_runs_down`)
+            # holds a window of that first pool, up to window `last_run_down` (`high_start_runs_down`); with
+            # `run_down_on_plateau` only from the window that completes that pool, and each move only on a
+            # window whose median loss did not fall
             last_run_down = 2 * (cfg.evidence_windows - 1)
+            plateau = len(recent) >= 2 and recent[-1] >= recent[-2]
+            first_pool_ends = index == cfg.evidence_windows - 1
             runs_down = (
                 cfg.high_start_runs_down
                 and sign_test
@@ -1039,6 +1052,9 @@ class EvidenceController(Controller):
                 and first_verdict.get(name, 0) < 0
                 and index <= last_run_down
                 and _sign(streak.get(name, 0)) <= 0
+                and (
+                    not cfg.run_down_on_plateau or (plateau and (first_pool_ends or streak.get(name, 0) < 0))
+                )
             )
             if d < 0 and falling_down and not excluded and not runs_down:
                 notes.append(f"{name}: z {z:+.2f} points down {falling_down}; holding")

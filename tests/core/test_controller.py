@@ -745,7 +745,8 @@ def test_evidence_a_run_whose_first_pool_said_lower_throughout_runs_down_through
             for i, h in enumerate(hs)
         ]
 
-    on = make_controller("evidence", high_start_runs_down=True)
+    # the signs alone (`run_down_on_plateau` off, the rule until 2026-12-05): the loss's fall is not read
+    on = make_controller("evidence", high_start_runs_down=True, run_down_on_plateau=False)
     state, ds = run(on, windows([-0.3] * 10))
     assert state.first_verdict == {"lr": -1}
     # it moves at the first full pool, and the kept pool moves again each window, doubling to max_step_down
@@ -764,6 +765,41 @@ def test_evidence_a_run_whose_first_pool_said_lower_throughout_runs_down_through
         assert not any(d.acted and d.offsets["lr"] < 0 for d in ds) and state.first_verdict["lr"] >= 0
     # off: the stall test holds the same run
     _, ds = run(make_controller("evidence", high_start_runs_down=False), windows([-0.3] * 10))
+    assert not any(d.acted for d in ds) and "still falls fast" in ds[4].note
+
+
+def test_evidence_runs_down_from_a_first_pool_of_lower_only_where_the_loss_has_stopped_falling():
+    from dataclasses import replace
+
+    bases = [0.04, 0.2, 0.4, 0.6, 0.8, 1.0, 0.99, 0.95, 0.9, 0.85]  # 6 windows of rise, then the anneal
+
+    def windows(losses):  # every window says "lower"
+        return [
+            replace(window([x] * 4, index=i, step=10 * (i + 1), base=bases[i]), hypergradient=-0.3)
+            for i, x in enumerate(losses)
+        ]
+
+    def moves(losses):
+        _, ds = run(make_controller("evidence"), windows(losses))
+        return [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted]
+
+    # past the edge of stability the loss stops falling as the warm-up raises the rate: it runs down from
+    # the window that completes the first pool while the loss still does not fall (a 10x too high LM)
+    assert moves([3.9, 2.8, 2.6, 2.7, 2.8, 3.0, 2.9, 2.9]) == [(3, -0.25), (4, -0.5), (5, -0.5)]
+    # a window whose loss falls is no run down: there the ordinary rule decides (it moves on a stalled loss,
+    # the pool kept from the run down, and holds one that falls fast), and a flat window after that window
+    # starts no run down again
+    assert moves([3.9, 2.8, 2.6, 2.7, 2.6, 2.6]) == [(3, -0.25), (4, -0.5)]
+    assert moves([3.9, 2.8, 2.6, 2.7, 1.3, 1.2]) == [(3, -0.25)]
+    # at a good rate the loss still falls when the first pool is complete: no run down, whatever the signs
+    # (a regression under Adam, an MLP on spiral data), and a flat window later starts none: the decisions
+    # are those of the controller without the rule (one ordinary move down once the loss has stalled)
+    good = windows([1.0, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7])
+    without = run(make_controller("evidence", high_start_runs_down=False), good)[1]
+    assert run(make_controller("evidence"), good)[1] == without
+    assert [(i, d.offsets["lr"]) for i, d in enumerate(without) if d.acted] == [(4, -0.25)]
+    # the stall test still holds a move down while the loss falls fast
+    _, ds = run(make_controller("evidence"), windows([2.0 * 0.5**i for i in range(6)]))
     assert not any(d.acted for d in ds) and "still falls fast" in ds[4].note
 
 
