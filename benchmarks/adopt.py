@@ -5,12 +5,16 @@ of the runs they replace, for when that variant's settings become the default.
     python -m benchmarks.ablate 'nodown={...}' --cells ... --seeds ... --out F   # re-make them
     python -m benchmarks.adopt F nodown                # the plan: which stored run each one replaces
     python -m benchmarks.adopt F nodown --write        # do it; `benchmarks.replay '{}'` then reads 0
+    python -m benchmarks.adopt F rise --changed --write   # only the runs the new default changes
 
 A run `<cell>/<seed>/<variant>` (`--replicas` cells carry `@n<R>`) replaces its cell's stored HDET run at that
 seed (`ablate.Cell.stored_key`) where the benchmark stored one; a fresh seed replaces nothing there. `--side
 FILE` (repeatable) also replaces the `default` arm of another ablate results file (`<cell>/<seed>/default`),
-for the side-by-side files whose default arm is meant to be the shipped default's. Only runs named in the plan
-change; every other line of a file is written back as it was, in its order.
+for the side-by-side files whose default arm is meant to be the shipped default's. With `--changed` (after the
+default is changed in the code) a run replaces only a stored run whose recorded decisions today's controller
+no longer reproduces, so a run the change leaves alone keeps its stored result (a re-made run of a chaotic
+cell can differ in its last digits on another machine). Only runs named in the plan change; every other line
+of a file is written back as it was, in its order.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 from benchmarks import quality
 from benchmarks.ablate import Cell
 from benchmarks.pool import read_results
+from benchmarks.replay import recorded, replayed
 
 
 def parse_key(key: str) -> tuple[str, int, int, str]:
@@ -56,6 +61,19 @@ def plan(source: Path, variant: str, side: list[Path] = ()) -> list[tuple[Path, 
             default = f"{cell.text}/{seed}/default"
             if default in runs:
                 out.append((path, default, key))
+    return out
+
+
+def changed(moves: list[tuple[Path, str, str]]) -> list[tuple[Path, str, str]]:
+    """The moves whose replaced run today's controller no longer reproduces (its recorded decisions differ
+    from a replay of its windows with the shipped settings): after a change of a default, the runs it
+    changes."""
+    files: dict[Path, dict[str, Any]] = {}
+    out = []
+    for path, old, new in moves:
+        row = (files.get(path) or files.setdefault(path, read_results(path)))[old]
+        if row.get("records") and replayed(row, {}) != recorded(row):
+            out.append((path, old, new))
     return out
 
 
@@ -92,11 +110,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--side", type=Path, action="append", default=[], help="also replace FILE's default arm"
     )
+    parser.add_argument(
+        "--changed",
+        action="store_true",
+        help="only replace stored runs whose decisions today's controller no longer reproduces",
+    )
     parser.add_argument("--write", action="store_true", help="rewrite the files (default: print the plan)")
     args = parser.parse_args(argv)
     if not args.source.exists():
         parser.error(f"source: no file {args.source}")
     moves = plan(args.source, args.variant, args.side)
+    if args.changed:
+        moves = changed(moves)
     for path, old, new in moves:
         print(f"{path.name}: {old} <- {new}")
     print(f"{len(moves)} runs {'replaced' if args.write else 'to replace (--write to do it)'}")

@@ -50,3 +50,25 @@ def test_the_rewrite_replaces_only_the_named_runs_keeps_the_order_and_refuses_a_
     with pytest.raises(SystemExit, match="no run 'z'"):
         adopt.apply([(target, "z", "x/0/new")], source)
     assert target.read_text() == before  # nothing written when a named run is not there
+
+
+def test_changed_keeps_only_the_moves_whose_stored_run_todays_controller_no_longer_reproduces(tmp_path):
+    cell = Cell("unseen/regression/high")
+    stored = cell.stored[cell.stored_key(0, "hdet")]  # a stored run: its decisions replay as recorded
+    doctored = json.loads(json.dumps(stored))
+    doctored["records"][0]["params"]["lr"]["new_offset"] += (
+        0.25  # a decision today's controller would not make
+    )
+    side = tmp_path / "side.jsonl"
+    side.write_text(
+        json.dumps({**doctored, "key": "unseen/regression/high/0/default"})
+        + "\n"
+        + json.dumps({"key": "unseen/regression/high/1/default", "metric": 1.0})  # no records: not judged
+        + "\n"
+    )
+    moves = [
+        (cell.stored_file, cell.stored_key(0, "hdet"), "unseen/regression/high/0/new"),
+        (side, "unseen/regression/high/0/default", "unseen/regression/high/0/new"),
+        (side, "unseen/regression/high/1/default", "unseen/regression/high/1/new"),
+    ]
+    assert adopt.changed(moves) == [moves[1]]
