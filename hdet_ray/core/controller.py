@@ -1117,7 +1117,11 @@ class EvidenceController(Controller):
             evidence[key] = history if keeps_up or keeps_down else ()
             came_down[name] = came_down[name] or d < 0
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
-            notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}")
+            why = ""
+            if runs_down:
+                why = " (the first pool said lower throughout"
+                why += ", and the loss stopped falling: a rate too high)" if cfg.run_down_on_plateau else ")"
+            notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}{why}")
         widths = dict(state.widths)
         name = cfg.rollback_param
         if cfg.settled_width is not None and cfg.signal == "hypergradient" and name in window.params:

@@ -786,6 +786,8 @@ def test_evidence_runs_down_from_a_first_pool_of_lower_only_where_the_loss_has_s
     # past the edge of stability the loss stops falling as the warm-up raises the rate: it runs down from
     # the window that completes the first pool while the loss still does not fall (a 10x too high LM)
     assert moves([3.9, 2.8, 2.6, 2.7, 2.8, 3.0, 2.9, 2.9]) == [(3, -0.25), (4, -0.5), (5, -0.5)]
+    _, ds = run(make_controller("evidence"), windows([3.9, 2.8, 2.6, 2.7]))
+    assert "the loss stopped falling: a rate too high" in ds[3].note  # the trajectory says why it moved
     # a window whose loss falls is no run down: there the ordinary rule decides (it moves on a stalled loss,
     # the pool kept from the run down, and holds one that falls fast), and a flat window after that window
     # starts no run down again
