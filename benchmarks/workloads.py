@@ -23,7 +23,8 @@ loss has a floor well above zero; AdamW) and `lstm` (an LSTM byte LM, SGD + mome
 clipped at norm 0.5), and on 2026-12-05 `graph` (a two-layer GCN on a synthetic graph, full-batch, so that
 dropout is a gradient's only noise; Adam) and `multilabel` (24 sigmoid cross-entropies on synthetic
 features, whose loss first falls fast to the labels' base rates; AdamW), and `spirals` (three spiral arms
-in the plane, an MLP, 8 points a batch per rank; SGD + momentum).
+in the plane, an MLP, 8 points a batch per rank; SGD + momentum), then `finetune` (an MLP pretrained on a
+source classification task, fine-tuned with a new head on a related one; AdamW).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -33,9 +34,12 @@ final validation metric of the (identical, or converged) model, plus the HDET tr
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -151,10 +155,18 @@ class _Synthetic(Task):
         return self._score(out, target)
 
 
+def _teacher_weights(
+    inputs: int, hidden: int, g: torch.Generator, outputs: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random tanh network's two weight matrices, drawn from `g`."""
+    w1 = torch.randn(inputs, hidden, generator=g) * 2.0 / math.sqrt(inputs)
+    w2 = torch.randn(hidden, outputs, generator=g) / math.sqrt(hidden)
+    return w1, w2
+
+
 def _teacher(x: torch.Tensor, hidden: int, g: torch.Generator, outputs: int = 1) -> torch.Tensor:
     """A fixed random tanh network's output (n, `outputs`) on inputs `x`, its weights drawn from `g`."""
-    w1 = torch.randn(x.shape[1], hidden, generator=g) * 2.0 / math.sqrt(x.shape[1])
-    w2 = torch.randn(hidden, outputs, generator=g) / math.sqrt(hidden)
+    w1, w2 = _teacher_weights(x.shape[1], hidden, g, outputs)
     return torch.tanh(x @ w1) @ w2
 
 
@@ -734,6 +746,91 @@ class Spirals(_Synthetic):
             return _two_hidden(2, self.width, self.classes)
 
 
+_PRETRAINED: dict[tuple, dict[str, torch.Tensor]] = {}
+"""`Finetune`'s pretrained body per configuration, made once per process."""
+
+
+@dataclass
+class Finetune(_Synthetic):
+    """Fine-tuning with a new head: an MLP (two hidden ReLU layers of 256) pretrained, once and the same for
+    every run, on a source task (32 Gaussian features, 8 classes given by a fixed random tanh teacher; Adam at
+    1e-3, `pretrain_steps` batches of 128 drawn from its own 16,384 rows), then trained here on a related
+    target task (the same kind of features, 8 classes given by a teacher whose weights are the source's plus
+    noise of `related` their size, 5% of the labels redrawn) with its final layer replaced by a new one drawn
+    from the run's seed. The loss starts near ln 8, falls fast as the head learns and then slowly as the body
+    adapts: a user's fine-tune. Metric validation cross-entropy. No chance level is named."""
+
+    features: int = 32
+    classes: int = 8
+    width: int = 256
+    validation: int = 2048
+    batch_size: int = 32
+    related: float = 0.5
+    flip: float = 0.05
+    pretrain_steps: int = 1000
+    name: str = field(default="finetune", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.cross_entropy)
+
+    def _teachers(self, g: torch.Generator) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """(the source teacher's weights, the target teacher's), drawn from `g`."""
+        w1, w2 = _teacher_weights(self.features, 64, g, self.classes)
+        n1, n2 = torch.randn(w1.shape, generator=g), torch.randn(w2.shape, generator=g)
+        return (w1, w2), (w1 + self.related * n1 * w1.std(), w2 + self.related * n2 * w2.std())
+
+    def _labels(self, x: torch.Tensor, teacher: tuple[torch.Tensor, ...], g: torch.Generator) -> torch.Tensor:
+        y = (torch.tanh(x @ teacher[0]) @ teacher[1]).argmax(1)
+        redraw = torch.rand(len(x), generator=g) < self.flip
+        return torch.where(redraw, torch.randint(0, self.classes, (len(x),), generator=g), y)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        _, target = self._teachers(g)
+        x = torch.randn(n, self.features, generator=g)
+        return x, self._labels(x, target, g)
+
+    def _source(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, _ = self._draw()
+        source, _ = self._teachers(g)
+        g = torch.Generator().manual_seed(1)  # the source task's rows: a draw of their own
+        x = torch.randn(16_384, self.features, generator=g)
+        return x, self._labels(x, source, g)
+
+    def pretrained(self) -> dict[str, torch.Tensor]:
+        """The body's weights after pretraining on the source task (the same bits on every call)."""
+        key = ("v1", self.features, self.classes, self.width, self.related, self.flip, self.pretrain_steps)
+        cached = Path(tempfile.gettempdir()) / f"hdet-bench-finetune-{'-'.join(map(str, key))}.pt"
+        if key not in _PRETRAINED and cached.exists():
+            _PRETRAINED[key] = torch.load(cached)
+        if key not in _PRETRAINED:
+            x, y = self._source()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                net = _two_hidden(self.features, self.width, self.classes)
+                opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+                g = torch.Generator().manual_seed(2)
+                for _ in range(self.pretrain_steps):
+                    idx = torch.randint(0, len(y), (128,), generator=g)
+                    opt.zero_grad()
+                    nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+                    opt.step()
+            _PRETRAINED[key] = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            # one process's pretraining serves the rest (the 4 ranks of a run, the next runs): it is
+            # deterministic, so whichever process writes it writes the same bits; written whole or not at all
+            part = cached.with_suffix(f".{os.getpid()}.part")
+            torch.save(_PRETRAINED[key], part)
+            os.replace(part, cached)
+        return _PRETRAINED[key]
+
+    def model(self, seed: int) -> nn.Module:
+        net = _two_hidden(self.features, self.width, self.classes)
+        net.load_state_dict(self.pretrained())
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            net[-1] = nn.Linear(self.width, self.classes)  # a new head for the target task
+        return net
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -805,6 +902,7 @@ TASKS = {
     "graph": (Graph, {}, "adam"),
     "multilabel": (Multilabel, {}, "adamw"),
     "spirals": (Spirals, {}, "sgd"),
+    "finetune": (Finetune, {}, "adamw"),
 }
 
 

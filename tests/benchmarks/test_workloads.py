@@ -9,8 +9,11 @@ from benchmarks import workloads
 
 
 @pytest.mark.parametrize("name", sorted(workloads.TASKS))
-def test_a_workload_builds_and_its_loss_and_metric_are_finite(name):
+def test_a_workload_builds_and_its_loss_and_metric_are_finite(name, tmp_path, monkeypatch):
     task, optimizer = workloads.build(name)
+    if name == "finetune":  # its pretraining, cut short here, cached under this test's own directory
+        monkeypatch.setattr(workloads.tempfile, "gettempdir", lambda: str(tmp_path))
+        task.pretrain_steps = 20
     model = task.model(0)
     loss = task.loss(model, next(task.batches(0, 4, 0))).detach()
     assert loss.dim() == 0 and math.isfinite(loss.item())
@@ -50,3 +53,27 @@ def test_the_graph_is_symmetric_and_the_ranks_train_on_disjoint_labelled_nodes_n
     assert len(set(nodes.tolist())) == task.train == len(nodes)  # full-batch: every labelled node, once
     assert int(nodes.min()) >= task.validation  # the held-out nodes are the first `validation`
     assert torch.equal(next(task.batches(1, 4, 7))[0], shards[1])  # the same whole share every step
+
+
+def test_the_finetune_body_is_pretrained_once_for_every_seed_and_the_head_is_new(tmp_path, monkeypatch):
+    monkeypatch.setattr(workloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    task, _ = workloads.build("finetune")
+    task.pretrain_steps = 30
+    a, b = task.model(0), task.model(1)
+    assert all(torch.equal(p, q) for p, q in zip(a[:-1].parameters(), b[:-1].parameters(), strict=True))
+    assert not torch.equal(a[-1].weight, b[-1].weight)  # a new head per seed
+    assert torch.equal(task.model(0)[-1].weight, a[-1].weight)
+    fresh = workloads._two_hidden(task.features, task.width, task.classes)
+    assert not torch.equal(a[0].weight, fresh[0].weight)  # the body is not a fresh draw: it was trained
+    # another process reads the pretrained body from the cache, bit for bit
+    cached = dict(task.pretrained())
+    workloads._PRETRAINED.clear()
+    assert len(list(tmp_path.glob("hdet-bench-finetune-*.pt"))) == 1
+    assert all(torch.equal(cached[k], v) for k, v in task.pretrained().items())
+    # the target task is related to the source, not the same: same kind of inputs, other labels on some
+    x, y = task._data()
+    xs, _ = task._source()
+    g = torch.Generator().manual_seed(0)
+    source, target = task._teachers(g)
+    agree = (task._labels(xs, source, g) == task._labels(xs, target, g)).float().mean()
+    assert 0.3 < float(agree) < 0.95 and x.shape[1] == xs.shape[1] and int(y.max()) < task.classes
