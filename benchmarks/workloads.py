@@ -166,8 +166,19 @@ def _teacher_weights(
 
 def _teacher(x: torch.Tensor, hidden: int, g: torch.Generator, outputs: int = 1) -> torch.Tensor:
     """A fixed random tanh network's output (n, `outputs`) on inputs `x`, its weights drawn from `g`."""
-    w1, w2 = _teacher_weights(x.shape[1], hidden, g, outputs)
+    return _teach(x, _teacher_weights(x.shape[1], hidden, g, outputs))
+
+
+def _teach(x: torch.Tensor, weights: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The tanh network of `weights` (`_teacher_weights`) on inputs `x`."""
+    w1, w2 = weights
     return torch.tanh(x @ w1) @ w2
+
+
+def _redrawn(y: torch.Tensor, classes: int, flip: float, g: torch.Generator) -> torch.Tensor:
+    """Class labels `y` with a fraction `flip` of them redrawn at random from `g`."""
+    redraw = torch.rand(len(y), generator=g) < flip
+    return torch.where(redraw, torch.randint(0, classes, (len(y),), generator=g), y)
 
 
 @dataclass
@@ -248,8 +259,7 @@ class Tabular(_Synthetic):
         g, n = self._draw()
         z = torch.randn(n, self.features, generator=g)
         y = _teacher(z, 64, g, outputs=self.classes).argmax(1)
-        redraw = torch.rand(n, generator=g) < self.flip
-        y = torch.where(redraw, torch.randint(0, self.classes, (n,), generator=g), y)
+        y = _redrawn(y, self.classes, self.flip, g)
         return z * torch.logspace(-1, 1, self.features), y
 
     def model(self, seed: int) -> nn.Module:
@@ -779,9 +789,7 @@ class Finetune(_Synthetic):
         return (w1, w2), (w1 + self.related * n1 * w1.std(), w2 + self.related * n2 * w2.std())
 
     def _labels(self, x: torch.Tensor, teacher: tuple[torch.Tensor, ...], g: torch.Generator) -> torch.Tensor:
-        y = (torch.tanh(x @ teacher[0]) @ teacher[1]).argmax(1)
-        redraw = torch.rand(len(x), generator=g) < self.flip
-        return torch.where(redraw, torch.randint(0, self.classes, (len(x),), generator=g), y)
+        return _redrawn(_teach(x, teacher).argmax(1), self.classes, self.flip, g)
 
     def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
         g, n = self._draw()
