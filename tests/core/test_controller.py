@@ -805,6 +805,40 @@ def test_evidence_runs_down_from_a_first_pool_of_lower_only_where_the_loss_has_s
     assert not any(d.acted for d in ds) and "still falls fast" in ds[4].note
 
 
+def test_evidence_reads_a_first_pool_again_without_a_first_window_of_higher():
+    from dataclasses import replace
+
+    bases = [0.04, 0.2, 0.4, 0.6, 0.8, 1.0, 0.99, 0.95, 0.9, 0.85]  # 6 windows of rise, then the anneal
+
+    def windows(signs, losses):
+        return [
+            replace(window([x] * 4, index=i, step=10 * (i + 1), base=bases[i]), hypergradient=0.3 * h)
+            for i, (h, x) in enumerate(zip(signs, losses, strict=True))
+        ]
+
+    def moves(signs, losses, **settings):
+        _, ds = run(make_controller("evidence", **settings), windows(signs, losses))
+        return [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted]
+
+    flat = [3.9, 2.8, 2.6, 2.5, 2.6, 2.7, 2.8]  # stopped falling by window 3
+    # the initialisation's first window says "higher" at any rate; the windows after it say "lower" and the
+    # loss has stopped falling: the pool of windows 1-4 is the first pool, and the rate runs down from there
+    assert moves([1, -1, -1, -1, -1, -1, -1], flat) == [(4, -0.25), (5, -0.5)]
+    _, ds = run(make_controller("evidence"), windows([1, -1, -1, -1, -1], flat[:5]))
+    assert "the first pool said lower throughout" in ds[4].note
+    # read with the first window, that pool is mixed and starts no run down: one ordinary move on the stalled
+    # loss, whose pool then starts afresh
+    assert moves([1, -1, -1, -1, -1, -1, -1], flat, first_pool_skips_first_higher=False) == [(4, -0.25)]
+    # only a first window of "higher" is skipped, and only once: other mixed pools are judged as they are
+    for signs in ([-1, 1, -1, -1, -1, -1, -1], [1, 1, -1, -1, -1, -1, -1], [1, -1, 1, -1, -1, -1, -1]):
+        assert moves(signs, flat) == moves(signs, flat, first_pool_skips_first_higher=False)
+    # a loss that still falls when the later pool is complete (a good rate): no run down
+    falling = [3.9, 2.8, 2.6, 2.5, 2.4, 2.3, 2.2]
+    assert moves([1, -1, -1, -1, -1, -1, -1], falling) == moves(
+        [1, -1, -1, -1, -1, -1, -1], falling, first_pool_skips_first_higher=False
+    )
+
+
 def test_evidence_narrows_the_spread_once_the_run_has_shown_its_rate_is_not_too_high():
     from dataclasses import replace
 
