@@ -721,6 +721,15 @@ class EvidenceConfig(ControllerConfig):
     rate the AdamW MLP with a user's clip moves down once on 8 of 40 seeds (the loss rose at window 4), its
     forty seeds 1.106x -> 1.055x of fixed OneCycle, and the issue's AdamW MLP 1.240x -> 1.158x
     (docs/benchmarks.md). False: the first pool is judged on the run's first windows, as they are."""
+    run_down_starts_late: bool = False
+    """With `run_down_on_plateau`: the run down may start at any window of the rise up to window
+    2 * (`evidence_windows` - 1) whose loss did not fall, not only at the one that completes the first pool.
+    Measured, not adopted (2026-12-05): the 17 stored runs and 30 side-file runs it changes re-made (42
+    runs, `benchmarks/results/full/late_start_runs.jsonl` and `late_start_clip_runs.jsonl`), geometric mean
+    0.900x of the default's, with the rescues from 10x too high better (the BatchNorm CNN at 60 windows
+    0.63x on 5 of 20 seeds, the LMs about 0.975x, an autoencoder 0.71x) but at the oracle's rate the
+    regression worse on 4 seeds of 4 (1.028x) and the AdamW MLP with a clip better on only 4 of 9
+    (docs/benchmarks.md). False: only from the window that completes the first pool."""
     canary_ends_climb: bool = True
     """No move up of the rate on a window that excluded its top replica (the highest rate) as unhealthy:
     the run of moves up ends there and its pool starts afresh. The spread's top replica is the canary that
@@ -1080,7 +1089,8 @@ class EvidenceController(Controller):
                 and index <= last_run_down
                 and _sign(streak.get(name, 0)) <= 0
                 and (
-                    not cfg.run_down_on_plateau or (plateau and (first_pool_ends or streak.get(name, 0) < 0))
+                    not cfg.run_down_on_plateau
+                    or (plateau and (first_pool_ends or streak.get(name, 0) < 0 or cfg.run_down_starts_late))
                 )
             )
             if d < 0 and falling_down and not excluded and not runs_down:

@@ -803,6 +803,12 @@ def test_evidence_runs_down_from_a_first_pool_of_lower_only_where_the_loss_has_s
     # the stall test still holds a move down while the loss falls fast
     _, ds = run(make_controller("evidence"), windows([2.0 * 0.5**i for i in range(6)]))
     assert not any(d.acted for d in ds) and "still falls fast" in ds[4].note
+    # a loss that stops falling only after the first pool is complete: by default the run down has passed
+    # (one ordinary move on the stalled loss, its pool then afresh); `run_down_starts_late` starts it there
+    late = [3.9, 2.8, 2.6, 2.5, 2.6, 2.7]
+    assert moves(late) == [(4, -0.25)]
+    _, ds = run(make_controller("evidence", run_down_starts_late=True), windows(late))
+    assert [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted] == [(4, -0.25), (5, -0.5)]
 
 
 def test_evidence_reads_a_first_pool_again_without_a_first_window_of_higher():
