@@ -14,7 +14,10 @@ for the side-by-side files whose default arm is meant to be the shipped default'
 default is changed in the code) a run replaces only a stored run whose recorded decisions today's controller
 no longer reproduces, so a run the change leaves alone keeps its stored result (a re-made run of a chaotic
 cell can differ in its last digits on another machine). Only runs named in the plan change; every other line
-of a file is written back as it was, in its order.
+of a file is written back as it was, in its order. A run's row does not record the job-level fields of the
+`benchmarks.ablate` invocation that made it (`--job`, e.g. a user's clip), so a side file made with them
+takes only runs made with the same ones: adopt those from their own results file, and leave the side file
+out of the others' `--side` (its runs are keyed like the rest).
 """
 
 from __future__ import annotations
