@@ -1079,3 +1079,20 @@ def test_evidence_a_failed_top_replica_ends_a_run_of_moves_up():
     # off: the failed top replica does not end the run
     ran, _ = moves(3, canary_ends_climb=False)
     assert ran[:3] == [(3, 0.5), (4, 0.75), (5, 0.75)]
+
+
+def test_every_controller_and_health_setting_is_named_in_the_engine_docs():
+    import dataclasses
+    from pathlib import Path
+
+    from hdet_ray.core import controller
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "engine.md").read_text()
+    from hdet_ray.core.health import HealthConfig
+
+    configs = [controller.ControllerConfig, controller.PaperConfig, controller.SlopeConfig]
+    configs += [controller.EvidenceConfig, HealthConfig]
+    missing = {
+        f"{c.__name__}.{f.name}" for c in configs for f in dataclasses.fields(c) if f"`{f.name}`" not in text
+    }
+    assert not missing, f"docs/engine.md does not name {sorted(missing)}"
