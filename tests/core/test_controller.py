@@ -1081,7 +1081,7 @@ def test_evidence_a_failed_top_replica_ends_a_run_of_moves_up():
     assert ran[:3] == [(3, 0.5), (4, 0.75), (5, 0.75)]
 
 
-def test_every_controller_and_health_setting_is_named_in_the_engine_docs():
+def test_every_scheduler_controller_and_health_setting_is_named_in_the_engine_docs():
     import dataclasses
     from pathlib import Path
 
@@ -1089,10 +1089,14 @@ def test_every_controller_and_health_setting_is_named_in_the_engine_docs():
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "engine.md").read_text()
     from hdet_ray.core.health import HealthConfig
+    from hdet_ray.engine.options import HDETOptions
 
     configs = [controller.ControllerConfig, controller.PaperConfig, controller.SlopeConfig]
-    configs += [controller.EvidenceConfig, HealthConfig]
+    configs += [controller.EvidenceConfig, HealthConfig, HDETOptions]
     missing = {
-        f"{c.__name__}.{f.name}" for c in configs for f in dataclasses.fields(c) if f"`{f.name}`" not in text
+        f"{c.__name__}.{f.name}"
+        for c in configs
+        for f in dataclasses.fields(c)
+        if f"`{f.name}`" not in text and f"`{f.name}=" not in text
     }
     assert not missing, f"docs/engine.md does not name {sorted(missing)}"
