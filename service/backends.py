@@ -39,9 +39,10 @@ class JobBackend(Protocol):
     def close(self) -> None: ...
 
 
-SUBMIT_RETRY_S = 90.0
+SUBMIT_RETRY_S = 180.0
 """How long `RayJobs.submit` retries while the head has no job agent yet (a head just started, on a busy
-machine, answers 500 "No available agent to submit job, please try again later" for a while)."""
+machine, answers 500 "No available agent to submit job, please try again later" for a while: on a 2-core
+machine running other work beside it, more than 90 s)."""
 
 
 def _agent_not_ready(error: Exception) -> bool:

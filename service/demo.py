@@ -98,8 +98,17 @@ def _follow(args: argparse.Namespace, url: str, thread: threading.Thread, token:
     """Submit the demo job to the service at `url`, print its windows as they arrive; its last status seen."""
     import httpx
 
+    from service.backends import SUBMIT_RETRY_S
+
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    job = client.post("/v1/jobs", json=DEMO_JOB).raise_for_status().json()
+    try:  # the service answers once Ray has taken the job, which waits for a head's job agent to come up
+        response = client.post(
+            "/v1/jobs", json=DEMO_JOB, timeout=httpx.Timeout(30.0, read=SUBMIT_RETRY_S + 60.0)
+        )
+        job = response.raise_for_status().json()
+    except httpx.HTTPError as e:
+        print(f"hdet demo: the service did not take the demo job: {e}", flush=True)
+        return "FAILED"
     print(
         f"\n  dashboard: {url}{job['links']['dashboard']}\n  token:     {token}\n"
         f"  job:       {job['id']} (digits, 2 replicas; Ctrl-C to stop the service)\n"
