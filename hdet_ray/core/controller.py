@@ -250,7 +250,8 @@ class ControllerConfig:
     """'mean' (healthy replicas equally), 'fitness' (softmax of rank fitness), 'best' (copy the best)."""
     fitness_temperature: float = 0.25
     rollback_param: str = "lr"
-    """Which hyperparameter a rollback cuts."""
+    """Which hyperparameter a rollback cuts, and whose window hypergradient the `evidence` controller reads
+    (the other hyperparameters use its rank test)."""
     rollback_cut: float = 0.5
     """On a rollback the centre moves to this multiple of the lowest replica's value (every replica failed,
     the lowest one too, so the rate that trains is below all of them)."""
