@@ -18,9 +18,22 @@ class UnknownJob(LookupError):
     """The backend has no job of that id (e.g. the Ray cluster it ran on is gone)."""
 
 
+class AgentNotReady(RuntimeError):
+    """The head answers but has no job agent to take a submission yet; the job was not created, so the same
+    submission id may be tried again."""
+
+
 class JobBackend(Protocol):
-    def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
-        """Start `entrypoint` as job `job_id`, with `env` added to its environment."""
+    def submit(
+        self,
+        job_id: str,
+        entrypoint: str,
+        env: dict[str, str] | None = None,
+        *,
+        retry_s: float | None = None,
+    ) -> None:
+        """Start `entrypoint` as job `job_id`, with `env` added to its environment. While the head has no
+        job agent, try again for `retry_s` seconds (None: SUBMIT_RETRY_S), then raise AgentNotReady."""
 
     def status(self, job_id: str) -> tuple[str, str]:
         """(status, message); status is one of storage.STATUSES. Raises UnknownJob."""
@@ -42,7 +55,8 @@ class JobBackend(Protocol):
 SUBMIT_RETRY_S = 180.0
 """How long `RayJobs.submit` retries while the head has no job agent yet (a head just started, on a busy
 machine, answers 500 "No available agent to submit job, please try again later" for a while: on a 2-core
-machine running other work beside it, more than 90 s)."""
+machine running other work beside it, more than 90 s). The service tries a job once while its POST waits and,
+if the agent is not up, goes on trying in the background for this long (the job is PENDING meanwhile)."""
 
 
 def _agent_not_ready(error: Exception) -> bool:
@@ -83,8 +97,16 @@ class RayJobs:
         except (OSError, urllib.error.URLError):
             return False
 
-    def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
-        deadline, wait = time.monotonic() + SUBMIT_RETRY_S, 0.5
+    def submit(
+        self,
+        job_id: str,
+        entrypoint: str,
+        env: dict[str, str] | None = None,
+        *,
+        retry_s: float | None = None,
+    ) -> None:
+        deadline = time.monotonic() + (SUBMIT_RETRY_S if retry_s is None else retry_s)
+        wait = 0.5
         while True:
             try:
                 self.client.submit_job(
@@ -96,8 +118,10 @@ class RayJobs:
                 return
             except RuntimeError as e:  # the agent registers a while after the head answers; the job
                 # was not created, so the same submission id is free to try again
-                if not _agent_not_ready(e) or time.monotonic() + wait > deadline or self.gone():
+                if not _agent_not_ready(e) or self.gone():
                     raise
+                if time.monotonic() + wait > deadline:
+                    raise AgentNotReady(str(e)) from e
             time.sleep(wait)
             wait = min(wait * 2, 8.0)
 
@@ -146,7 +170,14 @@ class MemoryJobs:
     def gone(self) -> bool:
         return not self.up
 
-    def submit(self, job_id: str, entrypoint: str, env: dict[str, str] | None = None) -> None:
+    def submit(
+        self,
+        job_id: str,
+        entrypoint: str,
+        env: dict[str, str] | None = None,
+        *,
+        retry_s: float | None = None,
+    ) -> None:
         with self._lock:
             self._jobs[job_id] = "RUNNING"
             self.entrypoints[job_id] = entrypoint

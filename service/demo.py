@@ -98,14 +98,9 @@ def _follow(args: argparse.Namespace, url: str, thread: threading.Thread, token:
     """Submit the demo job to the service at `url`, print its windows as they arrive; its last status seen."""
     import httpx
 
-    from service.backends import SUBMIT_RETRY_S
-
-    client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    try:  # the service answers once Ray has taken the job, which waits for a head's job agent to come up
-        response = client.post(
-            "/v1/jobs", json=DEMO_JOB, timeout=httpx.Timeout(30.0, read=SUBMIT_RETRY_S + 60.0)
-        )
-        job = response.raise_for_status().json()
+    client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    try:  # the service answers at once; a head whose job agent is not up yet gets the job in the background
+        job = client.post("/v1/jobs", json=DEMO_JOB).raise_for_status().json()
     except httpx.HTTPError as e:
         print(f"hdet demo: the service did not take the demo job: {e}", flush=True)
         return "FAILED"
@@ -115,7 +110,7 @@ def _follow(args: argparse.Namespace, url: str, thread: threading.Thread, token:
         f"  data:      {data_dir} (the jobs' database, logs and the Ray head's files)\n",
         flush=True,
     )
-    status, after = "RUNNING", -1
+    status, message, after = "RUNNING", "", -1
     deadline = time.monotonic() + args.timeout
     while thread.is_alive():
         time.sleep(2)
@@ -124,11 +119,12 @@ def _follow(args: argparse.Namespace, url: str, thread: threading.Thread, token:
             print(format_window(record), flush=True)
         after = page["next_after"]
         info = client.get(f"/v1/jobs/{job['id']}").json()
-        if info["status"] != status:
-            status = info["status"]
+        if (info["status"], info["message"]) != (status, message):
+            status, message = info["status"], info["message"]
             print(
                 f"hdet demo: job {job['id']} is {status} "
-                f"({info['progress']['windows']}/{info['progress']['total_windows']} windows)",
+                f"({info['progress']['windows']}/{info['progress']['total_windows']} windows)"
+                + (f": {message}" if message else ""),
                 flush=True,
             )
         if args.exit_when_done and (info["finished_at"] or time.monotonic() > deadline):

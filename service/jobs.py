@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import secrets
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +30,7 @@ import anyio
 
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.spec import JobSpec, entrypoint
-from service.backends import JobBackend, UnknownJob
+from service.backends import SUBMIT_RETRY_S, AgentNotReady, JobBackend, UnknownJob
 from service.events import Broker
 from service.metrics import Metrics
 from service.settings import Settings
@@ -39,6 +40,8 @@ log = logging.getLogger("hdet.service")
 _SUBMIT_GRACE_S = 60.0
 LOST_AFTER_S = 60.0
 """A head that stops answering for this long is gone: its jobs are marked lost (FAILED, with the reason)."""
+AGENT_WAIT = "the Ray head's job agent is not up yet"
+"""How the message of a job whose submission goes on in the background begins."""
 TOKEN_FILE = "ingest-token"
 TOKEN_ENV = "HDET_INGEST_TOKEN"
 
@@ -83,6 +86,8 @@ class JobService:
         self.runs_dir = settings.data_dir.resolve() / "runs"
         self._read_sizes: dict[str, int] = {}
         self._down_since: float | None = None
+        self._submitting: set[str] = set()  # jobs whose submission goes on in the background
+        self._submit_lock = threading.Lock()  # a stop and the end of a background submission, one at a time
 
     def check_fits(self, spec: JobSpec) -> None:
         """Refuse a spec that can never run: a task that does not build with its options, or more replicas
@@ -126,12 +131,54 @@ class JobService:
         else:
             link["token_file"] = str(token_file)
         run_spec = {**stored.model_dump(mode="json"), "service": link}
+        command = entrypoint(json.dumps(run_spec), self.settings.entrypoint)
         try:
-            self.backend.submit(job_id, entrypoint(json.dumps(run_spec), self.settings.entrypoint), env)
+            self.backend.submit(job_id, command, env, retry_s=0.0)
+        except AgentNotReady:
+            # a head just started: its job agent comes up later (a minute or more on a busy machine); the
+            # client gets the job now, PENDING with this reason, and the submission goes on in the background
+            self._submitting.add(job_id)
+            self.store.set_status(
+                job_id,
+                "PENDING",
+                f"{AGENT_WAIT}; the submission is tried again for up to {SUBMIT_RETRY_S:.0f} s "
+                "(no window yet)",
+            )
+            worker = threading.Thread(
+                target=self._submit_later, args=(job_id, command, env), name=f"submit-{job_id}", daemon=True
+            )
+            worker.start()
         except Exception as e:
             log.warning("submitting %s failed: %s", job_id, e)
             self.store.set_status(job_id, "FAILED", f"submission to Ray failed: {e}")
         return self.store.get_job(job_id) or job
+
+    def submitting(self, job_id: str) -> bool:
+        """Whether the job's submission to Ray still goes on in the background."""
+        return job_id in self._submitting
+
+    def _submit_later(self, job_id: str, command: str, env: dict[str, str] | None) -> None:
+        try:
+            try:
+                self.backend.submit(job_id, command, env)
+            except Exception as e:
+                log.warning("submitting %s failed: %s", job_id, e)
+                if self.store.set_status(
+                    job_id, "FAILED", f"submission to Ray failed: {e}", only_from="PENDING"
+                ):
+                    self.broker.notify(job_id)
+                return
+            with self._submit_lock:  # a stop from now on goes to Ray; one before it is read here
+                self._submitting.discard(job_id)
+                job = self.store.get_job(job_id)
+            if job is not None and job.terminal:  # stopped (or lost) while it waited for the agent
+                self.backend.stop(job_id)
+            elif job is not None:  # Ray has it: the reason it waits is now the cluster's
+                self.store.set_status(job_id, "PENDING", self.waiting_reason(job), only_from="PENDING")
+        except Exception as e:  # the service is shutting down (its database or head gone): log, never raise
+            log.warning("the background submission of %s ended: %s", job_id, e)
+        finally:
+            self._submitting.discard(job_id)
 
     def token_via(self) -> str:
         if self.settings.ingest_token_via != "auto":
@@ -148,11 +195,23 @@ class JobService:
         return changed
 
     def stop(self, job: Job) -> None:
+        with self._submit_lock:
+            waiting = self.submitting(
+                job.id
+            )  # Ray has not taken it yet; if it does, `_submit_later` stops it
+            if waiting and self.store.set_status(
+                job.id, "STOPPED", "stopped before Ray took the job", only_from="PENDING"
+            ):
+                self.broker.notify(job.id)
+        if waiting:
+            return
         self.backend.stop(job.id)
         self.refresh(job)
 
     def refresh(self, job: Job) -> None:
         """Read the job's status from the backend and its trajectory file; store what changed."""
+        if self.submitting(job.id):  # Ray does not know it yet, and nothing has run
+            return
         self.backfill(job)
         try:
             status, message = self.backend.status(job.id)
@@ -163,6 +222,12 @@ class JobService:
                 status, message = (
                     "SUCCEEDED",
                     "the run finished (summary.json); the Ray cluster no longer knows it",
+                )
+            elif job.message.startswith(AGENT_WAIT):  # this service's process ended while it waited
+                status, message = (
+                    "FAILED",
+                    "lost: the service stopped before Ray took the job (it was waiting for the head's job "
+                    "agent); submit it again",
                 )
             else:
                 status, message = (

@@ -1,6 +1,6 @@
 """`hdet demo` when the service does not take its job: one clear line and a FAILED status, not an HTTP
-client's traceback. A real HTTP server on a free port answers the submission as a service whose Ray head has
-no job agent answers once its retries are spent."""
+client's traceback. A real HTTP server on a free port refuses the submission with a 500 (a service that
+cannot store the job answers so)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from service import demo
 
 class _Refuses(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
-        body = json.dumps({"detail": "submission to Ray failed: No available agent"}).encode()
+        body = json.dumps({"detail": "Internal Server Error"}).encode()
         self.send_response(500)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

@@ -10,6 +10,7 @@ import pickle
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -282,6 +283,79 @@ def test_submission_waits_for_a_head_whose_job_agent_is_not_up_yet(monkeypatch):
     jobs.client = Scripted(100)
     with pytest.raises(RuntimeError, match="No available agent"):
         jobs.submit("hdet-z", "python -c pass")
+
+
+def test_a_job_is_taken_at_once_while_the_heads_job_agent_comes_up(monkeypatch, tmp_path):
+    # The POST does not wait for the agent: the job is stored PENDING with the reason, and the submission goes
+    # on in the background; a stop meanwhile ends it there and at Ray once Ray takes it; an agent that never
+    # comes ends it FAILED. The Ray client's calls are scripted, as in the test above (a head whose agent is
+    # late cannot be made on demand).
+    from service import backends
+    from service.events import Broker
+    from service.jobs import JobService
+    from service.metrics import Metrics
+    from service.storage import Store
+
+    class Agent:
+        def __init__(self):
+            self.ready, self.submitted, self.stopped = threading.Event(), [], []
+
+        def submit_job(self, submission_id, **kwargs):
+            if not self.ready.is_set():
+                raise RuntimeError("Request failed with status code 500: No available agent to submit job.")
+            self.submitted.append(submission_id)
+
+        def stop_job(self, job_id):
+            self.stopped.append(job_id)
+
+    nap = time.sleep
+    monkeypatch.setattr(backends.time, "sleep", lambda s: nap(0.01))  # the retries' back-off, shortened
+    ray = backends.RayJobs.__new__(backends.RayJobs)
+    ray.process_alive, ray.cpus, ray.client = None, None, Agent()
+    ray.alive = lambda: True
+    store = Store(f"sqlite:///{tmp_path / 'hdet.db'}")
+    service = JobService(Settings(token=TOKEN, data_dir=tmp_path), store, ray, Broker(), Metrics())
+
+    def settled(job_id):
+        deadline = time.monotonic() + 10
+        while service.submitting(job_id) and time.monotonic() < deadline:
+            nap(0.01)
+        assert not service.submitting(job_id)
+        return store.get_job(job_id)
+
+    taken, stopped = service.submit(SPEC, "http://127.0.0.1:1"), service.submit(SPEC, "http://127.0.0.1:1")
+    assert taken.status == "PENDING" and "job agent is not up yet" in taken.message, taken
+    assert service.submitting(taken.id) and ray.client.submitted == []
+    service.refresh(taken)  # the poll leaves it alone: Ray does not know it yet
+    assert store.get_job(taken.id).status == "PENDING"
+    service.stop(store.get_job(stopped.id))
+    assert store.get_job(stopped.id).status == "STOPPED"
+    ray.client.ready.set()
+    assert settled(taken.id).status == "PENDING" and settled(stopped.id).status == "STOPPED"
+    assert "waiting for" in store.get_job(taken.id).message  # Ray has it: what it waits for is CPUs now
+    assert sorted(ray.client.submitted) == sorted([taken.id, stopped.id])
+    assert ray.client.stopped == [stopped.id]  # Ray took it after the stop, so it was stopped there
+
+    monkeypatch.setattr(backends, "SUBMIT_RETRY_S", 0.2)  # an agent that never comes
+    ray.client.ready.clear()
+    never = service.submit(SPEC, "http://127.0.0.1:1")
+    failed = settled(never.id)
+    assert failed.status == "FAILED" and failed.message.startswith("submission to Ray failed:"), failed
+    assert "No available agent" in failed.message and never.id not in ray.client.submitted
+
+    # a service that stopped while it waited leaves a PENDING job Ray never took: the next one says so
+    monkeypatch.setattr(backends, "SUBMIT_RETRY_S", 60.0)
+    cut = service.submit(SPEC, "http://127.0.0.1:1")
+    restarted = JobService(Settings(token=TOKEN, data_dir=tmp_path), store, ray, Broker(), Metrics())
+    ray.client.get_job_info = lambda job_id: (_ for _ in ()).throw(
+        RuntimeError(f"Job {job_id} does not exist")
+    )
+    monkeypatch.setattr("service.jobs._SUBMIT_GRACE_S", 0.0)
+    restarted.refresh(store.get_job(cut.id))
+    lost = store.get_job(cut.id)
+    assert lost.status == "FAILED" and "the service stopped before Ray took the job" in lost.message, lost
+    ray.client.ready.set()  # (here the first service still runs: Ray takes the job, and it is stopped there)
+    assert settled(cut.id).status == "FAILED" and ray.client.stopped == [stopped.id, cut.id]
 
 
 def test_the_embedded_heads_ports_are_distinct():
