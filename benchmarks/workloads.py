@@ -948,12 +948,27 @@ def perturb_(model: nn.Module, scale: float, seed: int) -> None:
             p.mul_(1.0 + scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
 
 
+ONECYCLE_FIELDS = ("pct_start", "anneal_strategy", "three_phase", "div_factor", "final_div_factor")
+"""The `OneCycleLR` arguments a job's `onecycle` may set (the rate and the length are the benchmark's)."""
+
+
+def onecycle_shape(shape: dict[str, Any] | None) -> dict[str, Any]:
+    """A job's `onecycle` arguments, checked: unknown names are refused, not passed on to be ignored."""
+    shape = dict(shape or {})
+    unknown = sorted(set(shape) - set(ONECYCLE_FIELDS))
+    if unknown:
+        raise ValueError(f"onecycle: unknown argument(s) {unknown}; allowed: {list(ONECYCLE_FIELDS)}")
+    return shape
+
+
 def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     """job: workload, steps, sync_every, max_lr, seed, arm ('fixed' | 'hdet' | 'lrfree'), hdet (kwargs);
     optionally perturb and perturb_seed (`perturb_`: the initial weights' last digits changed), and ddp (the
     HDET arm's model DDP-wrapped and passed to the scheduler, as a user's DDP script does) and clip (the
-    user's `clip_grad_norm_` at that max norm after each backward pass, in every arm)."""
+    user's `clip_grad_norm_` at that max norm after each backward pass, in every arm) and onecycle (the
+    user's other `OneCycleLR` arguments, `ONECYCLE_FIELDS`, given to both schedulers: another shape)."""
     task, opt_kind = build(job["workload"])
+    shape = onecycle_shape(job.get("onecycle"))
     seed, steps = int(job["seed"]), int(job["steps"])
     # the global generator (dropout's masks) starts from the job, not from whatever job this process ran last
     torch.manual_seed(seed * 7919 + rank)
@@ -982,12 +997,13 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
             model=net,
             seed=seed,
             **cycles,
+            **shape,
             **options,
         )
         scheduler = hdet
     else:
         net = DistributedDataParallel(model) if world > 1 else model
-        scheduler = OneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps, **cycles)
+        scheduler = OneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps, **cycles, **shape)
     batches = task.batches(rank, world, seed)
     clip = float(job.get("clip") or getattr(task, "clip", 0.0))  # the job's, else the workload's own
     replica_val: list[list[list[float]]] = []
