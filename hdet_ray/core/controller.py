@@ -43,6 +43,9 @@ class ParamWindow:
     peak: float = math.nan
     """The schedule's largest base value over the run where the scheduler knows it (OneCycle's `max_lr` for
     the rate), else NaN."""
+    next_base: float = math.nan
+    """The schedule's base value at the next window's end where the scheduler knows it (OneCycle's own phases
+    for the rate), else NaN."""
 
     @property
     def center(self) -> float:
@@ -260,7 +263,11 @@ class ControllerConfig:
     is at `rollback_cut` x the lowest failed value at the next window's end, not at this one's (a rising
     schedule took it back there: the benchmark's MLP from 10x too high died again two windows after a
     rollback). Needs the previous window's base, which controllers that track it (`evidence`) keep in
-    `ControllerState.last_base`; without it the cut is at this window's base."""
+    `ControllerState.last_base`; where there is none (the run's first window, or a controller that does not
+    track it) the cut takes out the schedule's own rise to the next window's end (`ParamWindow.next_base`)
+    where the scheduler knows it, else it is at this window's base. With a short warm-up (`pct_start=0.1`,
+    20 windows) a rate 10x too high fails in the first window, and the next one ends at the peak, twice
+    this one's base: cut at this window's base, the issue's MLP died again on 3 seeds of 3."""
     rollback_lone_survivor: bool = True
     """A window in which one replica of three or more is healthy rolls back as one with none does. Under
     `shared_grad` the survivor applied the gradient the failing replicas shared in, so its state is suspect
@@ -377,6 +384,13 @@ class Controller:
                 # the schedule rose by p.base / previous in this window; assume it does so once more
                 new_center *= previous / p.base
                 ahead = f" ahead of the schedule's rise (x{p.base / previous:.3g} a window)"
+            elif cfg.rollback_ahead and not math.isfinite(previous) and 0.0 < p.base < p.next_base:
+                # no last window (the run's first): the schedule itself says how far it rises by the next
+                # window's end (a short warm-up reaches its peak there: from 10x too high, pct_start=0.1)
+                new_center *= p.base / p.next_base
+                ahead = (
+                    f" ahead of the schedule's rise (x{p.next_base / p.base:.3g} by the next window's end)"
+                )
             offsets[target] = p.offset_for(new_center)
             if target in last_base:  # kept current only where the controller keeps it every window
                 last_base[target] = p.base

@@ -141,7 +141,8 @@ class HDETOneCycleLR(OneCycleLR):
         self._sync = WindowSync(options=self.options, replicas=self.replicas, rank=self.rank,
                                 params=self._params, optimizer=optimizer, controller=self.controller,
                                 snapshot=self._snapshot, base_of=self._base_of,
-                                total_steps=self.total_steps, peak_of=self._peak_of)  # fmt: skip
+                                total_steps=self.total_steps, peak_of=self._peak_of,
+                                next_base_of=self._next_base_of)  # fmt: skip
         self._held_ddp: fanouts.HoldDDP | None = None
         self._grad_hook = self._fanout_hook()
         self._checked_ddp = False
@@ -285,6 +286,28 @@ class HDETOneCycleLR(OneCycleLR):
         if hp.target != "lr":
             return math.nan
         return float(self.optimizer.param_groups[self._lr_groups[hp.name][0]]["max_lr"])
+
+    def _next_base_of(self, hp: HyperParam) -> float:
+        """The schedule's base value for the rate at the next window's end (read at a window's end, when the
+        base is the one of step `last_epoch`); NaN for other hyperparameters."""
+        if hp.target != "lr":
+            return math.nan
+        step = min(self.last_epoch + self.sync_every, self.total_steps)
+        return self._onecycle_at(self._lr_groups[hp.name][0], step)
+
+    def _onecycle_at(self, index: int, step: int) -> float:
+        """OneCycle's base value for param group `index` at `step`, from the phases its constructor set."""
+        group, start, phases = self.optimizer.param_groups[index], 0.0, self._schedule_phases
+        for i, phase in enumerate(phases):
+            end = phase["end_step"]
+            if step <= end or i == len(phases) - 1:
+                return float(
+                    self._anneal_func(
+                        group[phase["start_lr"]], group[phase["end_lr"]], (step - start) / (end - start)
+                    )
+                )
+            start = end
+        return math.nan
 
     def _base_of(self, hp: HyperParam, state: HDETState) -> float:
         if hp.target == "lr":

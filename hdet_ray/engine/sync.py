@@ -89,11 +89,12 @@ class WindowSync:
         base_of: Callable[[HyperParam, HDETState], float],
         total_steps: int,
         peak_of: Callable[[HyperParam], float] | None = None,
+        next_base_of: Callable[[HyperParam], float] | None = None,
     ) -> None:
         self.options, self.replicas, self.rank = options, replicas, rank
         self.params, self.optimizer, self.controller = list(params), optimizer, controller
         self.snapshot, self.base_of, self.total_steps = snapshot, base_of, total_steps
-        self.peak_of = peak_of
+        self.peak_of, self.next_base_of = peak_of, next_base_of
         self.explore: list[HyperParam] = list(options.explore or ())
         self.codec = DecisionCodec([hp.name for hp in self.explore], replicas)
 
@@ -183,6 +184,7 @@ class WindowSync:
                 values=tuple(hp.value(base, offsets[hp.name], m) for m in mults),
                 offset_bounds=hp.offset_bounds,
                 peak=self.peak_of(hp) if self.peak_of is not None else math.nan,
+                next_base=self.next_base_of(hp) if self.next_base_of is not None else math.nan,
             )
         losses = tuple(s.mean_loss if (s.count and math.isfinite(s.mean_loss)) else math.nan for s in stats)
         slopes = [s.slope for s, ok in zip(stats, healthy, strict=True) if ok and math.isfinite(s.slope)]

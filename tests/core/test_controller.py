@@ -31,6 +31,7 @@ def window(
     base=1.0,
     opening=False,
     bounds=(-math.inf, math.inf),
+    next_base=math.nan,
 ):
     values = tuple(base * math.exp(offset) * m for m in mults)
     p = ParamWindow(
@@ -40,6 +41,7 @@ def window(
         coords=tuple(math.log(m) for m in mults),
         values=values,
         offset_bounds=bounds,
+        next_base=next_base,
     )
     return Window(
         window=index,
@@ -258,6 +260,26 @@ def test_a_rollback_while_the_schedule_rises_cuts_for_the_next_windows_end():
     state, _ = c.decide(c.initial_state(["lr"]), window([1.0] * 4, base=3.0, index=0))
     _, d = c.decide(state, failed)
     assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest) and "ahead" not in d.note
+
+
+def test_a_rollback_in_the_first_window_cuts_for_the_schedules_own_rise():
+    # no last window to read the rise from: the scheduler says where the base is at the next window's end
+    # (a short warm-up, pct_start=0.1, ends its rise there); without it, or where it falls: at this base
+    lowest = 2.0 * MULTS[0]
+    for c in (make_controller("evidence"), make_controller("slope")):
+        failed = window([math.nan] * 4, healthy=[False] * 4, base=2.0, index=0, next_base=5.0)
+        _, d = c.decide(c.initial_state(["lr"]), failed)
+        assert d.rollback and "(x2.5 by the next window's end)" in d.note, d.note
+        assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest / 2.5)
+        for next_base in (math.nan, 1.0):
+            failed = window([math.nan] * 4, healthy=[False] * 4, base=2.0, index=0, next_base=next_base)
+            _, d = c.decide(c.initial_state(["lr"]), failed)
+            assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest) and "ahead" not in d.note
+    off = make_controller("evidence", rollback_ahead=False)
+    _, d = off.decide(
+        off.initial_state(["lr"]), window([math.nan] * 4, healthy=[False] * 4, base=2.0, next_base=5.0)
+    )
+    assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest)
 
 
 def test_a_lone_survivor_of_three_or_more_rolls_back_and_of_two_holds():

@@ -266,14 +266,18 @@ def test_the_controller_sees_the_schedules_peak():
     seen = []
 
     def decide(window, record):
-        seen.append((window.params["lr"].base, window.params["lr"].peak))
+        p = window.params["lr"]
+        seen.append((p.base, p.peak, p.next_base))
         return Decision(offsets={"lr": 0.0}, weights=(1.0,), note="scripted")
 
     s = HDETOneCycleLR(b, max_lr=0.5, total_steps=60, sync_every=5, decide=decide)
-    for _ in range(10):
+    for _ in range(60):
         b.step()
         s.step(loss=torch.tensor(1.0))
-    assert [peak for _, peak in seen] == [0.5, 0.5] and seen[0][0] < seen[1][0] < 0.5
+    assert [peak for _, peak, _ in seen] == [0.5] * 12 and seen[0][0] < seen[1][0] < 0.5
+    # and where the base will be at the next window's end (a rollback in the first window cuts for it)
+    assert [n for _, _, n in seen[:-1]] == pytest.approx([base for base, _, _ in seen[1:]], rel=1e-12)
+    assert seen[-1][2] == pytest.approx(s.get_last_lr()[0])
 
 
 @pytest.mark.parametrize(
