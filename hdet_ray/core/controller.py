@@ -263,11 +263,11 @@ class ControllerConfig:
     is at `rollback_cut` x the lowest failed value at the next window's end, not at this one's (a rising
     schedule took it back there: the benchmark's MLP from 10x too high died again two windows after a
     rollback). Needs the previous window's base, which controllers that track it (`evidence`) keep in
-    `ControllerState.last_base`; where there is none (the run's first window, or a controller that does not
-    track it) the cut takes out the schedule's own rise to the next window's end (`ParamWindow.next_base`)
-    where the scheduler knows it, else it is at this window's base. With a short warm-up (`pct_start=0.1`,
-    20 windows) a rate 10x too high fails in the first window, and the next one ends at the peak, twice
-    this one's base: cut at this window's base, the issue's MLP died again on 3 seeds of 3."""
+    `ControllerState.last_base`; without it the cut is at this window's base, except in the run's first
+    window (which has no last one), where every controller takes out the schedule's own rise to the next
+    window's end (`ParamWindow.next_base`) where the scheduler knows it. With a short warm-up
+    (`pct_start=0.1`, 20 windows) a rate 10x too high fails in the first window, and the next one ends at
+    the peak, twice this one's base: cut at this window's base, the issue's MLP died again on 3 seeds of 3."""
     rollback_lone_survivor: bool = True
     """A window in which one replica of three or more is healthy rolls back as one with none does. Under
     `shared_grad` the survivor applied the gradient the failing replicas shared in, so its state is suspect
@@ -384,7 +384,7 @@ class Controller:
                 # the schedule rose by p.base / previous in this window; assume it does so once more
                 new_center *= previous / p.base
                 ahead = f" ahead of the schedule's rise (x{p.base / previous:.3g} a window)"
-            elif cfg.rollback_ahead and not math.isfinite(previous) and 0.0 < p.base < p.next_base:
+            elif cfg.rollback_ahead and window.window == 0 and 0.0 < p.base < p.next_base:
                 # no last window (the run's first): the schedule itself says how far it rises by the next
                 # window's end (a short warm-up reaches its peak there: from 10x too high, pct_start=0.1)
                 new_center *= p.base / p.next_base

@@ -275,6 +275,9 @@ def test_a_rollback_in_the_first_window_cuts_for_the_schedules_own_rise():
             failed = window([math.nan] * 4, healthy=[False] * 4, base=2.0, index=0, next_base=next_base)
             _, d = c.decide(c.initial_state(["lr"]), failed)
             assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest) and "ahead" not in d.note
+    later = window([math.nan] * 4, healthy=[False] * 4, base=2.0, index=1, next_base=5.0)  # the others' rule
+    _, d = make_controller("slope").decide(make_controller("slope").initial_state(["lr"]), later)
+    assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest) and "ahead" not in d.note
     off = make_controller("evidence", rollback_ahead=False)
     _, d = off.decide(
         off.initial_state(["lr"]), window([math.nan] * 4, healthy=[False] * 4, base=2.0, next_base=5.0)
