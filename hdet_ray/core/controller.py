@@ -263,11 +263,16 @@ class ControllerConfig:
     is at `rollback_cut` x the lowest failed value at the next window's end, not at this one's (a rising
     schedule took it back there: the benchmark's MLP from 10x too high died again two windows after a
     rollback). Needs the previous window's base, which controllers that track it (`evidence`) keep in
-    `ControllerState.last_base`; without it the cut is at this window's base, except in the run's first
-    window (which has no last one), where every controller takes out the schedule's own rise to the next
-    window's end (`ParamWindow.next_base`) where the scheduler knows it. With a short warm-up
-    (`pct_start=0.1`, 20 windows) a rate 10x too high fails in the first window, and the next one ends at
-    the peak, twice this one's base: cut at this window's base, the issue's MLP died again on 3 seeds of 3."""
+    `ControllerState.last_base`; without it (the run's first window, and the controllers that do not keep
+    it) the cut is at this window's base."""
+    rollback_ahead_first_window: bool = False
+    """With `rollback_ahead`: in the run's first window, which has no last one, take out the schedule's own
+    rise to the next window's end instead (`ParamWindow.next_base`, where the scheduler knows it: OneCycle's
+    phases). Measured, not the default (docs/benchmarks.md, "Other OneCycle shapes"): with a short warm-up
+    (`pct_start=0.1`, 20 windows) the issue's MLP from 10x too high fails in its first window on 7 seeds of
+    10; cut at that window's base the next rate is about 4x its best and it dies again a few windows on, and
+    the second rollback restarts it near its best rate; cut for the rise it lands at about 2x its best, trains
+    there without dying, and holds (the loss still falls fast): better on 2 seeds, worse on 4, level on 4."""
     rollback_lone_survivor: bool = True
     """A window in which one replica of three or more is healthy rolls back as one with none does. Under
     `shared_grad` the survivor applied the gradient the failing replicas shared in, so its state is suspect
@@ -380,11 +385,12 @@ class Controller:
             )
             new_center = min(lowest, p.center) * cfg.rollback_cut
             previous = state.last_base.get(target, math.nan)
+            first_window_ahead = cfg.rollback_ahead and cfg.rollback_ahead_first_window
             if cfg.rollback_ahead and math.isfinite(previous) and 0.0 < previous < p.base:
                 # the schedule rose by p.base / previous in this window; assume it does so once more
                 new_center *= previous / p.base
                 ahead = f" ahead of the schedule's rise (x{p.base / previous:.3g} a window)"
-            elif cfg.rollback_ahead and window.window == 0 and 0.0 < p.base < p.next_base:
+            elif first_window_ahead and window.window == 0 and 0.0 < p.base < p.next_base:
                 # no last window (the run's first): the schedule itself says how far it rises by the next
                 # window's end (a short warm-up reaches its peak there: from 10x too high, pct_start=0.1)
                 new_center *= p.base / p.next_base

@@ -262,11 +262,11 @@ def test_a_rollback_while_the_schedule_rises_cuts_for_the_next_windows_end():
     assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest) and "ahead" not in d.note
 
 
-def test_a_rollback_in_the_first_window_cuts_for_the_schedules_own_rise():
+def test_a_rollback_in_the_first_window_can_cut_for_the_schedules_own_rise():
     # no last window to read the rise from: the scheduler says where the base is at the next window's end
     # (a short warm-up, pct_start=0.1, ends its rise there); without it, or where it falls: at this base
     lowest = 2.0 * MULTS[0]
-    for c in (make_controller("evidence"), make_controller("slope")):
+    for c in (make_controller(name, rollback_ahead_first_window=True) for name in ("evidence", "slope")):
         failed = window([math.nan] * 4, healthy=[False] * 4, base=2.0, index=0, next_base=5.0)
         _, d = c.decide(c.initial_state(["lr"]), failed)
         assert d.rollback and "(x2.5 by the next window's end)" in d.note, d.note
@@ -276,13 +276,16 @@ def test_a_rollback_in_the_first_window_cuts_for_the_schedules_own_rise():
             _, d = c.decide(c.initial_state(["lr"]), failed)
             assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest) and "ahead" not in d.note
     later = window([math.nan] * 4, healthy=[False] * 4, base=2.0, index=1, next_base=5.0)  # the others' rule
-    _, d = make_controller("slope").decide(make_controller("slope").initial_state(["lr"]), later)
+    slope = make_controller("slope", rollback_ahead_first_window=True)
+    _, d = slope.decide(slope.initial_state(["lr"]), later)
     assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest) and "ahead" not in d.note
-    off = make_controller("evidence", rollback_ahead=False)
-    _, d = off.decide(
-        off.initial_state(["lr"]), window([math.nan] * 4, healthy=[False] * 4, base=2.0, next_base=5.0)
-    )
-    assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest)
+    first = window([math.nan] * 4, healthy=[False] * 4, base=2.0, next_base=5.0)
+    for off in (
+        make_controller("evidence"),
+        make_controller("evidence", rollback_ahead=False),
+    ):  # the default
+        _, d = off.decide(off.initial_state(["lr"]), first)
+        assert 2.0 * math.exp(d.offsets["lr"]) == pytest.approx(0.5 * lowest)
 
 
 def test_a_lone_survivor_of_three_or_more_rolls_back_and_of_two_holds():
