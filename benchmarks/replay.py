@@ -52,7 +52,10 @@ def windows(row: Mapping[str, Any], param: str = "lr") -> Iterator[Window]:
     """The windows the controller read during the run, rebuilt from its records."""
     records = [WindowRecord.from_dict(r) for r in row["records"]]
     peak = max(r.params[param].base for r in records)  # OneCycle's peak: the largest base of the run
-    for r in records:
+    # the schedule's base at the next window's end is the next record's (the schedule does not depend on the
+    # run's decisions); the last window has none, which the controller only reads in the run's first window
+    following = [r.params[param].base for r in records[1:]] + [math.nan]
+    for r, next_base in zip(records, following, strict=True):
         p = r.params[param]
         yield Window(
             window=r.window,
@@ -68,6 +71,7 @@ def windows(row: Mapping[str, Any], param: str = "lr") -> Iterator[Window]:
                     coords=tuple(math.log(m) for m in p.multipliers),
                     values=tuple(p.values),
                     peak=peak,
+                    next_base=next_base,
                 )
             },
             opening=r.opening,

@@ -269,10 +269,11 @@ class ControllerConfig:
     """With `rollback_ahead`: in the run's first window, which has no last one, take out the schedule's own
     rise to the next window's end instead (`ParamWindow.next_base`, where the scheduler knows it: OneCycle's
     phases). Measured, not the default (docs/benchmarks.md, "Other OneCycle shapes"): with a short warm-up
-    (`pct_start=0.1`, 20 windows) the issue's MLP from 10x too high fails in its first window on 7 seeds of
+    (`pct_start=0.1`, 20 windows) the issue's MLP from 10x too high fails in its first window on 6 seeds of
     10; cut at that window's base the next rate is about 4x its best and it dies again a few windows on, and
-    the second rollback restarts it near its best rate; cut for the rise it lands at about 2x its best, trains
-    there without dying, and holds (the loss still falls fast): better on 2 seeds, worse on 4, level on 4."""
+    the second rollback restarts it near its best rate; cut for the rise it lands at about 2x its best and
+    on 4 of the 6 trains there without dying, and holds (the loss still falls fast): better on 2 seeds, worse
+    on 4, level on 4."""
     rollback_lone_survivor: bool = True
     """A window in which one replica of three or more is healthy rolls back as one with none does. Under
     `shared_grad` the survivor applied the gradient the failing replicas shared in, so its state is suspect

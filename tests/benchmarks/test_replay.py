@@ -39,6 +39,20 @@ def test_a_row_is_rebuilt_into_the_windows_the_controller_read():
     assert windows[0].initial_loss == first["start_loss"]
     assert windows[0].losses == tuple(first["losses"])
     assert json.dumps(replay.recorded(row))  # plain data
+    # where the schedule's base is at the next window's end: the next record's (none after the last)
+    bases = [r["params"]["lr"]["base"] for r in row["records"]]
+    assert [w.params["lr"].next_base for w in windows[:-1]] == bases[1:]
+    assert windows[-1].params["lr"].next_base != windows[-1].params["lr"].next_base  # NaN
+
+
+def test_a_first_window_rollback_cut_for_the_rise_is_found_on_a_short_warm_up():
+    # `rollback_ahead_first_window` acts only in a run's first window, which no stored run rolls back in; with
+    # pct_start=0.1 the MLP from 10x too high fails there, and the cut for the rise is log 2 further down
+    shapes = common.results_dir("full") / "shape_pct10_runs.jsonl"
+    assert replay.replay([shapes], {}, arm="default")[0] == []
+    changes, _, _ = replay.replay([shapes], {"rollback_ahead_first_window": True}, arm="default")
+    assert {c.key for c in changes} == {f"issue/mlp/high/{s}/default" for s in (0, 1, 2, 3, 5, 6)}
+    assert all(c.window == 0 and c.after[0] < c.before[0] for c in changes)
 
 
 def test_the_stuck_rule_is_replayed_on_the_recorded_window_means():

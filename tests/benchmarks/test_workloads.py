@@ -77,3 +77,22 @@ def test_the_finetune_body_is_pretrained_once_for_every_seed_and_the_head_is_new
     source, target = task._teachers(g)
     agree = (task._labels(xs, source, g) == task._labels(xs, target, g)).float().mean()
     assert 0.3 < float(agree) < 0.95 and x.shape[1] == xs.shape[1] and int(y.max()) < task.classes
+
+
+def test_a_jobs_onecycle_shape_reaches_the_hdet_schedule_and_unknown_arguments_are_refused():
+    # `--job '{"onecycle": {...}}'` (docs/benchmarks.md, "Other OneCycle shapes"): the HDET arm's base rate is
+    # torch's OneCycleLR of that shape, window for window; a misspelt argument is an error, not ignored
+    from torch.optim.lr_scheduler import OneCycleLR
+
+    job = {"workload": "mlp", "steps": 20, "sync_every": 5, "max_lr": 0.1, "seed": 0, "arm": "hdet"}
+    out = workloads.run(0, 1, {**job, "onecycle": {"pct_start": 0.1}})
+    weight = torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.1, momentum=0.9)
+    reference, rates = OneCycleLR(optimizer, max_lr=0.1, total_steps=20, pct_start=0.1), []
+    for _ in range(20):
+        optimizer.step()
+        reference.step()
+        rates.append(reference.get_last_lr()[0])
+    assert [r["params"]["lr"]["base"] for r in out["records"]] == pytest.approx(rates[3::5])
+    with pytest.raises(ValueError, match=r"onecycle: unknown argument\(s\) \['pct'\]; allowed: .*pct_start"):
+        workloads.run(0, 1, {**job, "onecycle": {"pct": 0.1}})
