@@ -128,6 +128,8 @@ class ControllerState:
     """The median healthy log-loss of the recent windows, oldest first (`EvidenceController`'s stall test)."""
     peak_base: dict[str, float] = field(default_factory=dict)
     """Per hyperparameter: the largest base value the schedule has reached so far (`EvidenceController`)."""
+    peak_step: dict[str, int] = field(default_factory=dict)
+    """Per hyperparameter: the step of the window that set `peak_base` (`EvidenceController`)."""
     top_offset: dict[str, float] = field(default_factory=dict)
     """Per hyperparameter: the highest offset so far (`EvidenceController`)."""
     came_down: dict[str, bool] = field(default_factory=dict)
@@ -155,6 +157,7 @@ class ControllerState:
             "replica_seen": list(self.replica_seen),
             "recent_loss": list(self.recent_loss),
             "peak_base": dict(self.peak_base),
+            "peak_step": dict(self.peak_step),
             "top_offset": dict(self.top_offset),
             "came_down": dict(self.came_down),
             "first_verdict": dict(self.first_verdict),
@@ -178,6 +181,7 @@ class ControllerState:
             replica_seen=tuple(int(x) for x in d.get("replica_seen", ())),
             recent_loss=tuple(float(x) for x in d.get("recent_loss", ())),
             peak_base={k: float(v) for k, v in d.get("peak_base", {}).items()},
+            peak_step={k: int(v) for k, v in d.get("peak_step", {}).items()},
             top_offset={k: float(v) for k, v in d.get("top_offset", {}).items()},
             came_down={k: bool(v) for k, v in d.get("came_down", {}).items()},
             first_verdict={k: int(v) for k, v in d.get("first_verdict", {}).items()},
@@ -707,6 +711,12 @@ class EvidenceConfig(ControllerConfig):
     """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
     hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short
     of where the loss along them stops falling whatever the rate. None: it is read to the end."""
+    late_anneal_steps: float | None = None
+    """With `late_anneal`: late also needs this fraction of the anneal's steps (from the window that set the
+    peak to the run's end) to have passed. Under OneCycle's default two phases, cosine or linear, the base is
+    at half its peak half way through the anneal, so at 0.5 the two agree; a three-phase schedule
+    (`three_phase=True`) is at half its peak a quarter of the way through its anneal, and falls to its
+    start by its middle. Measured, not the default (docs/benchmarks.md, "Other OneCycle shapes")."""
     high_start_runs_down: bool = True
     """A rate whose first full pool of hypergradient signs said "lower" in every window is read as too high
     (with `run_down_on_plateau`, only where its loss has stopped falling): it moves down at once, without the
@@ -844,6 +854,8 @@ class EvidenceConfig(ControllerConfig):
             raise ValueError(f"climb_from must be in (0, 1] or None, got {self.climb_from}")
         if self.late_anneal is not None and not 0.0 < self.late_anneal <= 1.0:
             raise ValueError(f"late_anneal must be in (0, 1] or None, got {self.late_anneal}")
+        if self.late_anneal_steps is not None and not 0.0 <= self.late_anneal_steps <= 1.0:
+            raise ValueError(f"late_anneal_steps must be in [0, 1] or None, got {self.late_anneal_steps}")
         if self.signal not in SIGNALS:
             raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
         if self.fit_floor is not None and not 0.0 < self.fit_floor < 1.0:
@@ -993,6 +1005,7 @@ class EvidenceController(Controller):
                 and _stalled(seen, cfg.stall_ratio, cfg.evidence_windows)
             )
         offsets, evidence, streak = dict(state.offsets), dict(state.evidence), dict(state.streak)
+        peak_step = dict(state.peak_step)
         peak_base, top_offset, came_down, first_verdict = (
             dict(state.peak_base),
             dict(state.top_offset),
@@ -1014,6 +1027,8 @@ class EvidenceController(Controller):
                 else 0
             )
             last_base[name] = p.base
+            if name not in peak_base or p.base > peak_base[name]:
+                peak_step[name] = window.step
             peak_base[name] = max(peak_base.get(name, p.base), p.base)
             came_down[name] = came_down.get(name, False) or p.offset < top_offset.get(name, p.offset)
             top_offset[name] = max(top_offset.get(name, p.offset), p.offset)
@@ -1027,6 +1042,11 @@ class EvidenceController(Controller):
                 and cfg.late_anneal is not None
                 and bias < 0
                 and p.base < cfg.late_anneal * peak_base[name]
+                and (
+                    cfg.late_anneal_steps is None
+                    or window.step - peak_step.get(name, 0)
+                    >= cfg.late_anneal_steps * (window.total_steps - peak_step.get(name, 0))
+                )
             )
             key, other = (name + SIGN_POOL, name) if sign_test else (name, name + SIGN_POOL)
             evidence.pop(other, None)  # a change of signal starts the pool afresh
@@ -1206,6 +1226,7 @@ class EvidenceController(Controller):
             replica_seen=replica_seen,
             recent_loss=recent,
             peak_base=peak_base,
+            peak_step=peak_step,
             top_offset=top_offset,
             came_down=came_down,
             first_verdict=first_verdict,

@@ -620,6 +620,16 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
         make_controller("evidence", late_anneal=None), [measured(i, 0.3, base=b) for i, b in enumerate(bases)]
     )
     assert all(d.acted for d in ds[3:])
+    # `late_anneal_steps`: late also needs that share of the anneal's steps behind it (a three-phase schedule
+    # is below half its peak a quarter of the way through); the peak is at step 10. Of 100 steps, half the
+    # anneal is behind from step 55 on, as half the peak is; of 200, not before step 105: read to the end
+    for total, acted in ((100, [3, 4]), (200, list(range(3, 10)))):
+        windows = [replace(measured(i, 0.3, base=b), total_steps=total) for i, b in enumerate(bases)]
+        state, ds = run(make_controller("evidence", late_anneal_steps=0.5), windows)
+        assert [i for i, d in enumerate(ds) if d.acted] == acted and state.peak_step == {"lr": 10}
+        assert ControllerState.from_dict(state.to_dict()) == state
+    with pytest.raises(ValueError, match="late_anneal_steps must be in"):
+        make_controller("evidence", late_anneal_steps=1.5)
     # an excluded replica late in the anneal is still read (instability is not the schedule's doing)
     late_bad = [
         replace(w, healthy=(True, True, True, False), losses=(1.0, 2.0, 3.0, 9.0))
