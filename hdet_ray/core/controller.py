@@ -711,12 +711,16 @@ class EvidenceConfig(ControllerConfig):
     """Late in the anneal, once the schedule's base is below this fraction of its peak so far, the
     hypergradient is no evidence (held): the schedule shrinks every step there by design, so steps fall short
     of where the loss along them stops falling whatever the rate. None: it is read to the end."""
-    late_anneal_steps: float | None = None
+    late_anneal_steps: float | None = 0.5
     """With `late_anneal`: late also needs this fraction of the anneal's steps (from the window that set the
     peak to the run's end) to have passed. Under OneCycle's default two phases, cosine or linear, the base is
-    at half its peak half way through the anneal, so at 0.5 the two agree; a three-phase schedule
-    (`three_phase=True`) is at half its peak a quarter of the way through its anneal, and falls to its
-    start by its middle. Measured, not the default (docs/benchmarks.md, "Other OneCycle shapes")."""
+    at half its peak half way through the anneal, so at 0.5 the two agree (no stored run of the default
+    shape changes: `python -m benchmarks.replay '{"late_anneal_steps": null}'`); a three-phase schedule
+    (`three_phase=True`) is below half its peak a quarter of the way through its anneal (window 9 of 20 in
+    the issue's setting), where the BatchNorm CNN from 10x too low was still climbing on every seed: held
+    there, it ended at 1.80x to 1.90x of the oracle; read on, at 1.34x to 1.38x, better on all 10 seeds, and
+    no other cell of that shape changed (docs/benchmarks.md, "Other OneCycle shapes"). None: the base alone
+    decides."""
     high_start_runs_down: bool = True
     """A rate whose first full pool of hypergradient signs said "lower" in every window is read as too high
     (with `run_down_on_plateau`, only where its loss has stopped falling): it moves down at once, without the

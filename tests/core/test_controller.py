@@ -609,25 +609,24 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
     ]
     state, ds = run(make_controller("evidence"), down)
     assert [i for i, d in enumerate(ds) if d.acted] == [3, 7] and state.came_down == {"lr": True}
-    # late in the anneal (base below half its peak) the hypergradient is held: the schedule makes every
-    # step fall short there, whatever the rate
+    # late in the anneal (base below half its peak, half the anneal's steps behind it: from the peak at step
+    # 10 to the end at 100, from step 55 on) the hypergradient is held: the schedule makes every step fall
+    # short there, whatever the rate
     bases = [1.0, 0.9, 0.8, 0.7, 0.6, 0.45, 0.4, 0.35, 0.3, 0.25]
-    state, ds = run(make_controller("evidence"), [measured(i, 0.3, base=b) for i, b in enumerate(bases)])
+    annealed = [replace(measured(i, 0.3, base=b), total_steps=100) for i, b in enumerate(bases)]
+    state, ds = run(make_controller("evidence"), annealed)
     assert [i for i, d in enumerate(ds) if d.acted] == [3, 4]
     assert all("late in the anneal" in d.note for d in ds[5:]) and state.peak_base == {"lr": 1.0}
-    assert ControllerState.from_dict(state.to_dict()) == state
-    _, ds = run(
-        make_controller("evidence", late_anneal=None), [measured(i, 0.3, base=b) for i, b in enumerate(bases)]
-    )
+    assert state.peak_step == {"lr": 10} and ControllerState.from_dict(state.to_dict()) == state
+    _, ds = run(make_controller("evidence", late_anneal=None), annealed)
     assert all(d.acted for d in ds[3:])
-    # `late_anneal_steps`: late also needs that share of the anneal's steps behind it (a three-phase schedule
-    # is below half its peak a quarter of the way through); the peak is at step 10. Of 100 steps, half the
-    # anneal is behind from step 55 on, as half the peak is; of 200, not before step 105: read to the end
-    for total, acted in ((100, [3, 4]), (200, list(range(3, 10)))):
-        windows = [replace(measured(i, 0.3, base=b), total_steps=total) for i, b in enumerate(bases)]
-        state, ds = run(make_controller("evidence", late_anneal_steps=0.5), windows)
-        assert [i for i, d in enumerate(ds) if d.acted] == acted and state.peak_step == {"lr": 10}
-        assert ControllerState.from_dict(state.to_dict()) == state
+    # `late_anneal_steps`: of 200 steps, half the anneal is not behind before step 105, though the base is
+    # below half its peak from step 60 (a three-phase schedule is so a quarter of the way through): read to
+    # the end; without it the base alone decides
+    long = [replace(w, total_steps=200) for w in annealed]
+    for settings, acted in (({}, list(range(3, 10))), ({"late_anneal_steps": None}, [3, 4])):
+        state, ds = run(make_controller("evidence", **settings), long)
+        assert [i for i, d in enumerate(ds) if d.acted] == acted
     with pytest.raises(ValueError, match="late_anneal_steps must be in"):
         make_controller("evidence", late_anneal_steps=1.5)
     # an excluded replica late in the anneal is still read (instability is not the schedule's doing)
