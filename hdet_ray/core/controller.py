@@ -1048,8 +1048,9 @@ class EvidenceController(Controller):
                 and p.base < cfg.late_anneal * peak_base[name]
                 and (
                     cfg.late_anneal_steps is None
-                    or window.step - peak_step.get(name, 0)
-                    >= cfg.late_anneal_steps * (window.total_steps - peak_step.get(name, 0))
+                    or name not in peak_step  # a state saved before it was kept: the base alone decides
+                    or window.step - peak_step[name]
+                    >= cfg.late_anneal_steps * (window.total_steps - peak_step[name])
                 )
             )
             key, other = (name + SIGN_POOL, name) if sign_test else (name, name + SIGN_POOL)

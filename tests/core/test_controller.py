@@ -627,6 +627,11 @@ def test_evidence_keeps_climbing_while_the_hypergradient_agrees_and_holds_it_lat
     for settings, acted in (({}, list(range(3, 10))), ({"late_anneal_steps": None}, [3, 4])):
         state, ds = run(make_controller("evidence", **settings), long)
         assert [i for i, d in enumerate(ds) if d.acted] == acted
+    # a state saved before the peak's step was kept (a checkpoint of an older version) resumes on the base
+    c = make_controller("evidence")
+    state, _ = run(c, long[:5])
+    old = ControllerState.from_dict({k: v for k, v in state.to_dict().items() if k != "peak_step"})
+    assert old.peak_step == {} and "late in the anneal" in c.decide(old, long[5])[1].note
     with pytest.raises(ValueError, match="late_anneal_steps must be in"):
         make_controller("evidence", late_anneal_steps=1.5)
     # an excluded replica late in the anneal is still read (instability is not the schedule's doing)
