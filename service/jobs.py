@@ -196,9 +196,8 @@ class JobService:
 
     def stop(self, job: Job) -> None:
         with self._submit_lock:
-            waiting = self.submitting(
-                job.id
-            )  # Ray has not taken it yet; if it does, `_submit_later` stops it
+            # Ray has not taken it yet: stopped here; if Ray takes it after all, `_submit_later` stops it
+            waiting = self.submitting(job.id)
             if waiting and self.store.set_status(
                 job.id, "STOPPED", "stopped before Ray took the job", only_from="PENDING"
             ):
