@@ -6,12 +6,15 @@ A backend's methods block; the app calls them from worker threads.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Protocol
+
+log = logging.getLogger("hdet.service")
 
 
 class UnknownJob(LookupError):
@@ -57,6 +60,85 @@ SUBMIT_RETRY_S = 180.0
 machine, answers 500 "No available agent to submit job, please try again later" for a while: on a 2-core
 machine running other work beside it, more than 90 s). The service tries a job once while its POST waits and,
 if the agent is not up, goes on trying in the background for this long (the job is PENDING meanwhile)."""
+
+
+AGENT_WAIT = "the Ray head's job agent is not up yet"
+"""How a job's or study's message starts while its submission waits in the background for the agent."""
+
+
+def lost_waiting(what: str) -> str:
+    """The message of a job or study left waiting for the agent by a service that stopped."""
+    return (
+        f"lost: the service stopped before Ray took the {what} (it was waiting for the head's job agent); "
+        "submit it again"
+    )
+
+
+def agent_wait() -> str:
+    """The message of a job or study whose submission waits in the background for the head's job agent."""
+    return f"{AGENT_WAIT}; the submission is tried again for up to {SUBMIT_RETRY_S:.0f} s"
+
+
+class Submissions:
+    """Submissions that do not make a POST wait for a head's job agent: `submit` tries once and, if the agent
+    is not up, goes on in a background thread for up to SUBMIT_RETRY_S. Jobs and studies share it."""
+
+    def __init__(self, backend: JobBackend) -> None:
+        self.backend = backend
+        self.lock = threading.Lock()
+        """Held while a background submission ends (`taken` runs under it): a stop that reads `waiting`
+        under it either comes before (and `taken` sees it) or after (and goes to Ray)."""
+        self._waiting: set[str] = set()
+
+    def waiting(self, job_id: str) -> bool:
+        """Whether the submission of `job_id` still goes on in the background (Ray does not know it yet)."""
+        return job_id in self._waiting
+
+    def submit(
+        self,
+        job_id: str,
+        entrypoint: str,
+        env: dict[str, str] | None,
+        *,
+        waits: Callable[[str], None],
+        taken: Callable[[str], None],
+        failed: Callable[[str, Exception], None],
+    ) -> None:
+        """Submit now if the head can take it; otherwise call `waits(job_id)` and go on in the background,
+        where `taken(job_id)` or `failed(job_id, error)` is called at the end. Other errors of the first try
+        are raised."""
+        try:
+            self.backend.submit(job_id, entrypoint, env, retry_s=0.0)
+            return
+        except AgentNotReady:
+            pass
+        self._waiting.add(job_id)
+        try:
+            waits(job_id)
+        except BaseException:
+            self._waiting.discard(job_id)
+            raise
+        threading.Thread(
+            target=self._later,
+            args=(job_id, entrypoint, env, taken, failed),
+            name=f"submit-{job_id}",
+            daemon=True,
+        ).start()
+
+    def _later(self, job_id, entrypoint, env, taken, failed) -> None:
+        try:
+            try:
+                self.backend.submit(job_id, entrypoint, env)
+            except Exception as e:
+                failed(job_id, e)
+                return
+            with self.lock:
+                self._waiting.discard(job_id)
+                taken(job_id)
+        except Exception as e:  # the service is shutting down (its database or head gone): log, never raise
+            log.warning("the background submission of %s ended: %s", job_id, e)
+        finally:
+            self._waiting.discard(job_id)
 
 
 def _agent_not_ready(error: Exception) -> bool:

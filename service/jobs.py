@@ -20,7 +20,6 @@ import logging
 import os
 import re
 import secrets
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +29,7 @@ import anyio
 
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.spec import JobSpec, entrypoint
-from service.backends import SUBMIT_RETRY_S, AgentNotReady, JobBackend, UnknownJob
+from service.backends import AGENT_WAIT, JobBackend, Submissions, UnknownJob, agent_wait, lost_waiting
 from service.events import Broker
 from service.metrics import Metrics
 from service.settings import Settings
@@ -40,7 +39,6 @@ log = logging.getLogger("hdet.service")
 _SUBMIT_GRACE_S = 60.0
 LOST_AFTER_S = 60.0
 """A head that stops answering for this long is gone: its jobs are marked lost (FAILED, with the reason)."""
-AGENT_WAIT = "the Ray head's job agent is not up yet"
 """How the message of a job whose submission goes on in the background begins."""
 TOKEN_FILE = "ingest-token"
 TOKEN_ENV = "HDET_INGEST_TOKEN"
@@ -86,8 +84,7 @@ class JobService:
         self.runs_dir = settings.data_dir.resolve() / "runs"
         self._read_sizes: dict[str, int] = {}
         self._down_since: float | None = None
-        self._submitting: set[str] = set()  # jobs whose submission goes on in the background
-        self._submit_lock = threading.Lock()  # a stop and the end of a background submission, one at a time
+        self.submissions = Submissions(backend)
 
     def check_fits(self, spec: JobSpec) -> None:
         """Refuse a spec that can never run: a task that does not build with its options, or more replicas
@@ -133,21 +130,9 @@ class JobService:
         run_spec = {**stored.model_dump(mode="json"), "service": link}
         command = entrypoint(json.dumps(run_spec), self.settings.entrypoint)
         try:
-            self.backend.submit(job_id, command, env, retry_s=0.0)
-        except AgentNotReady:
-            # a head just started: its job agent comes up later (a minute or more on a busy machine); the
-            # client gets the job now, PENDING with this reason, and the submission goes on in the background
-            self._submitting.add(job_id)
-            self.store.set_status(
-                job_id,
-                "PENDING",
-                f"{AGENT_WAIT}; the submission is tried again for up to {SUBMIT_RETRY_S:.0f} s "
-                "(no window yet)",
+            self.submissions.submit(
+                job_id, command, env, waits=self._waits, taken=self._taken_later, failed=self._not_taken
             )
-            worker = threading.Thread(
-                target=self._submit_later, args=(job_id, command, env), name=f"submit-{job_id}", daemon=True
-            )
-            worker.start()
         except Exception as e:
             log.warning("submitting %s failed: %s", job_id, e)
             self.store.set_status(job_id, "FAILED", f"submission to Ray failed: {e}")
@@ -155,30 +140,26 @@ class JobService:
 
     def submitting(self, job_id: str) -> bool:
         """Whether the job's submission to Ray still goes on in the background."""
-        return job_id in self._submitting
+        return self.submissions.waiting(job_id)
 
-    def _submit_later(self, job_id: str, command: str, env: dict[str, str] | None) -> None:
-        try:
-            try:
-                self.backend.submit(job_id, command, env)
-            except Exception as e:
-                log.warning("submitting %s failed: %s", job_id, e)
-                if self.store.set_status(
-                    job_id, "FAILED", f"submission to Ray failed: {e}", only_from="PENDING"
-                ):
-                    self.broker.notify(job_id)
-                return
-            with self._submit_lock:  # a stop from now on goes to Ray; one before it is read here
-                self._submitting.discard(job_id)
-                job = self.store.get_job(job_id)
-            if job is not None and job.terminal:  # stopped (or lost) while it waited for the agent
-                self.backend.stop(job_id)
-            elif job is not None:  # Ray has it: the reason it waits is now the cluster's
-                self.store.set_status(job_id, "PENDING", self.waiting_reason(job), only_from="PENDING")
-        except Exception as e:  # the service is shutting down (its database or head gone): log, never raise
-            log.warning("the background submission of %s ended: %s", job_id, e)
-        finally:
-            self._submitting.discard(job_id)
+    def _waits(self, job_id: str) -> None:
+        # a head just started: its job agent comes up later (a minute or more on a busy machine); the client
+        # gets the job now, PENDING with this reason, and the submission goes on in the background
+        self.store.set_status(job_id, "PENDING", f"{agent_wait()} (no window yet)")
+
+    def _taken_later(self, job_id: str) -> None:
+        """Ray took a job submitted in the background (under the submissions' lock, so a stop is before or
+        after it)."""
+        job = self.store.get_job(job_id)
+        if job is not None and job.terminal:  # stopped (or lost) while it waited for the agent
+            self.backend.stop(job_id)
+        elif job is not None:  # Ray has it: the reason it waits is now the cluster's
+            self.store.set_status(job_id, "PENDING", self.waiting_reason(job), only_from="PENDING")
+
+    def _not_taken(self, job_id: str, error: Exception) -> None:
+        log.warning("submitting %s failed: %s", job_id, error)
+        if self.store.set_status(job_id, "FAILED", f"submission to Ray failed: {error}", only_from="PENDING"):
+            self.broker.notify(job_id)
 
     def token_via(self) -> str:
         if self.settings.ingest_token_via != "auto":
@@ -195,7 +176,7 @@ class JobService:
         return changed
 
     def stop(self, job: Job) -> None:
-        with self._submit_lock:
+        with self.submissions.lock:
             # Ray has not taken it yet: stopped here; if Ray takes it after all, `_submit_later` stops it
             waiting = self.submitting(job.id)
             if waiting and self.store.set_status(
@@ -223,11 +204,7 @@ class JobService:
                     "the run finished (summary.json); the Ray cluster no longer knows it",
                 )
             elif job.message.startswith(AGENT_WAIT):  # this service's process ended while it waited
-                status, message = (
-                    "FAILED",
-                    "lost: the service stopped before Ray took the job (it was waiting for the head's job "
-                    "agent); submit it again",
-                )
+                status, message = "FAILED", lost_waiting("job")
             else:
                 status, message = (
                     "FAILED",

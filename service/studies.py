@@ -22,7 +22,7 @@ from sqlalchemy import func, select, update
 from hdet_ray.promotion.cells import stage_cells, validate_cells
 from hdet_ray.promotion.protocol import Study, StudyError
 from hdet_ray.spec import check_label
-from service.backends import JobBackend, UnknownJob
+from service.backends import AGENT_WAIT, JobBackend, Submissions, UnknownJob, agent_wait, lost_waiting
 from service.jobs import _SUBMIT_GRACE_S, _age_s, check_task, failure_reason
 from service.storage import STATUSES, TERMINAL, Store, now, studies
 
@@ -129,6 +129,7 @@ class StudyService:
         self.engine, self.backend, self.entrypoint = store.engine, backend, entrypoint
         self.root = data_dir.resolve() / "studies"
         self._write = store.write_lock
+        self.submissions = Submissions(backend)
 
     def submit(self, study: Study, executor: str) -> StudyRow:
         check_study(study, executor)
@@ -155,11 +156,30 @@ class StudyService:
             executor=executor,
         )
         try:
-            self.backend.submit(study_id, command)
+            # a head just started may not take it yet: the study is PENDING with the reason, and the
+            # submission goes on in the background (as a job's, `service.jobs`)
+            self.submissions.submit(
+                study_id,
+                command,
+                None,
+                waits=lambda i: self._set_status(i, "PENDING", agent_wait()),
+                taken=self._taken_later,
+                failed=self._not_taken,
+            )
         except Exception as e:
-            log.warning("submitting study %s failed: %s", study_id, e)
-            self._set_status(study_id, "FAILED", f"submission to Ray failed: {e}")
+            self._not_taken(study_id, e)
         return self.get(study_id)
+
+    def _taken_later(self, study_id: str) -> None:
+        row = self.get(study_id)
+        if row is not None and row.terminal:  # ended (lost) while it waited for the agent
+            self.backend.stop(study_id)
+        else:  # Ray has it
+            self._set_status(study_id, "PENDING", "", only_from="PENDING")
+
+    def _not_taken(self, study_id: str, error: Exception) -> None:
+        log.warning("submitting study %s failed: %s", study_id, error)
+        self._set_status(study_id, "FAILED", f"submission to Ray failed: {error}", only_from="PENDING")
 
     def get(self, study_id: str) -> StudyRow | None:
         with self.engine.connect() as c:
@@ -179,14 +199,19 @@ class StudyService:
 
     def refresh(self, row: StudyRow) -> StudyRow:
         """Read a running study's status from the backend (Ray unreachable: keep what is stored)."""
-        if row.terminal:
+        if row.terminal or self.submissions.waiting(row.id):  # (Ray does not know it yet)
             return row
         try:
             status, message = self.backend.status(row.id)
         except UnknownJob:
             if _age_s(row) < _SUBMIT_GRACE_S:  # polled between our insert and Ray's accepting it
                 return row
-            status, message = "FAILED", "the Ray cluster has no record of this study's job (was it replaced?)"
+            status, message = (
+                "FAILED",
+                lost_waiting("study")
+                if row.message.startswith(AGENT_WAIT)  # this service's process ended while it waited
+                else "the Ray cluster has no record of this study's job (was it replaced?)",
+            )
         except Exception as e:
             log.warning("status of study %s unavailable: %s", row.id, e)
             return row
@@ -212,13 +237,16 @@ class StudyService:
         except (OSError, ValueError):  # replaced atomically, so only an unreadable disk gets here
             return None
 
-    def _set_status(self, study_id: str, status: str, message: str) -> None:
+    def _set_status(self, study_id: str, status: str, message: str, only_from: str | None = None) -> None:
         t = now()
         values: dict[str, Any] = {"status": status, "message": message[:2000], "updated_at": t}
         if status in TERMINAL:
             values["finished_at"] = t
+        where = studies.c.id == study_id
+        if only_from is not None:
+            where &= studies.c.status == only_from
         with self._write, self.engine.begin() as c:
-            c.execute(update(studies).where(studies.c.id == study_id).values(**values))
+            c.execute(update(studies).where(where).values(**values))
 
 
 def _row(row) -> StudyRow:

@@ -285,42 +285,56 @@ def test_submission_waits_for_a_head_whose_job_agent_is_not_up_yet(monkeypatch):
         jobs.submit("hdet-z", "python -c pass")
 
 
+class LateAgent:
+    """The Ray Jobs client of a head whose job agent is not up until `ready` is set (scripted: a head whose
+    agent is late cannot be made on demand)."""
+
+    def __init__(self):
+        self.ready, self.submitted, self.stopped = threading.Event(), [], []
+
+    def submit_job(self, submission_id, **kwargs):
+        if not self.ready.is_set():
+            raise RuntimeError("Request failed with status code 500: No available agent to submit job.")
+        self.submitted.append(submission_id)
+
+    def stop_job(self, job_id):
+        self.stopped.append(job_id)
+
+
+def late_agent_head(monkeypatch):
+    from service import backends
+
+    nap = time.sleep
+    monkeypatch.setattr(backends.time, "sleep", lambda s: nap(0.01))  # the retries' back-off, shortened
+    ray = backends.RayJobs.__new__(backends.RayJobs)
+    ray.process_alive, ray.cpus, ray.client = None, None, LateAgent()
+    ray.alive = lambda: True
+    return ray
+
+
+def settled(submissions, job_id):
+    deadline = time.monotonic() + 10
+    while submissions.waiting(job_id) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not submissions.waiting(job_id)
+
+
 def test_a_job_is_taken_at_once_while_the_heads_job_agent_comes_up(monkeypatch, tmp_path):
     # The POST does not wait for the agent: the job is stored PENDING with the reason, and the submission goes
     # on in the background; a stop meanwhile ends it there and at Ray once Ray takes it; an agent that never
-    # comes ends it FAILED. The Ray client's calls are scripted, as in the test above (a head whose agent is
-    # late cannot be made on demand).
+    # comes ends it FAILED.
     from service import backends
     from service.events import Broker
     from service.jobs import JobService
     from service.metrics import Metrics
     from service.storage import Store
 
-    class Agent:
-        def __init__(self):
-            self.ready, self.submitted, self.stopped = threading.Event(), [], []
-
-        def submit_job(self, submission_id, **kwargs):
-            if not self.ready.is_set():
-                raise RuntimeError("Request failed with status code 500: No available agent to submit job.")
-            self.submitted.append(submission_id)
-
-        def stop_job(self, job_id):
-            self.stopped.append(job_id)
-
-    nap = time.sleep
-    monkeypatch.setattr(backends.time, "sleep", lambda s: nap(0.01))  # the retries' back-off, shortened
-    ray = backends.RayJobs.__new__(backends.RayJobs)
-    ray.process_alive, ray.cpus, ray.client = None, None, Agent()
-    ray.alive = lambda: True
+    ray = late_agent_head(monkeypatch)
     store = Store(f"sqlite:///{tmp_path / 'hdet.db'}")
     service = JobService(Settings(token=TOKEN, data_dir=tmp_path), store, ray, Broker(), Metrics())
 
-    def settled(job_id):
-        deadline = time.monotonic() + 10
-        while service.submitting(job_id) and time.monotonic() < deadline:
-            nap(0.01)
-        assert not service.submitting(job_id)
+    def settled_job(job_id):
+        settled(service.submissions, job_id)
         return store.get_job(job_id)
 
     taken, stopped = service.submit(SPEC, "http://127.0.0.1:1"), service.submit(SPEC, "http://127.0.0.1:1")
@@ -331,7 +345,7 @@ def test_a_job_is_taken_at_once_while_the_heads_job_agent_comes_up(monkeypatch, 
     service.stop(store.get_job(stopped.id))
     assert store.get_job(stopped.id).status == "STOPPED"
     ray.client.ready.set()
-    assert settled(taken.id).status == "PENDING" and settled(stopped.id).status == "STOPPED"
+    assert settled_job(taken.id).status == "PENDING" and settled_job(stopped.id).status == "STOPPED"
     assert "waiting for" in store.get_job(taken.id).message  # Ray has it: what it waits for is CPUs now
     assert sorted(ray.client.submitted) == sorted([taken.id, stopped.id])
     assert ray.client.stopped == [stopped.id]  # Ray took it after the stop, so it was stopped there
@@ -339,7 +353,7 @@ def test_a_job_is_taken_at_once_while_the_heads_job_agent_comes_up(monkeypatch, 
     monkeypatch.setattr(backends, "SUBMIT_RETRY_S", 0.2)  # an agent that never comes
     ray.client.ready.clear()
     never = service.submit(SPEC, "http://127.0.0.1:1")
-    failed = settled(never.id)
+    failed = settled_job(never.id)
     assert failed.status == "FAILED" and failed.message.startswith("submission to Ray failed:"), failed
     assert "No available agent" in failed.message and never.id not in ray.client.submitted
 
@@ -355,7 +369,50 @@ def test_a_job_is_taken_at_once_while_the_heads_job_agent_comes_up(monkeypatch, 
     lost = store.get_job(cut.id)
     assert lost.status == "FAILED" and "the service stopped before Ray took the job" in lost.message, lost
     ray.client.ready.set()  # (here the first service still runs: Ray takes the job, and it is stopped there)
-    assert settled(cut.id).status == "FAILED" and ray.client.stopped == [stopped.id, cut.id]
+    assert settled_job(cut.id).status == "FAILED" and ray.client.stopped == [stopped.id, cut.id]
+
+
+def test_a_study_is_taken_at_once_while_the_heads_job_agent_comes_up(monkeypatch, tmp_path):
+    # as a job (above): PENDING with the reason at once, submitted in the background, FAILED if the agent
+    # never comes, and lost (said so) if the service stopped while it waited
+    from hdet_ray.promotion.protocol import Study
+    from service import backends
+    from service.storage import Store
+    from service.studies import StudyService
+    from tests.service.test_studies import STUDY
+
+    ray = late_agent_head(monkeypatch)
+    store = Store(f"sqlite:///{tmp_path / 'hdet.db'}")
+    studies = StudyService(store, ray, tmp_path)
+    study = Study.model_validate(STUDY)
+    ray.client.get_job_info = lambda job_id: (_ for _ in ()).throw(
+        RuntimeError(f"Job {job_id} does not exist")
+    )
+    monkeypatch.setattr("service.studies._SUBMIT_GRACE_S", 0.0)
+
+    waiting = studies.submit(study, "inprocess")
+    assert waiting.status == "PENDING" and waiting.message.startswith(backends.AGENT_WAIT), waiting
+    assert studies.refresh(waiting) == waiting and ray.client.submitted == []  # not lost: it still waits
+    ray.client.ready.set()
+    settled(studies.submissions, waiting.id)
+    taken = studies.get(waiting.id)
+    assert (taken.status, taken.message, ray.client.submitted) == ("PENDING", "", [waiting.id])
+
+    monkeypatch.setattr(backends, "SUBMIT_RETRY_S", 0.2)  # an agent that never comes
+    ray.client.ready.clear()
+    never = studies.submit(study, "inprocess")
+    settled(studies.submissions, never.id)
+    failed = studies.get(never.id)
+    assert failed.status == "FAILED" and failed.message.startswith("submission to Ray failed:"), failed
+    assert "No available agent" in failed.message and never.id not in ray.client.submitted
+
+    monkeypatch.setattr(backends, "SUBMIT_RETRY_S", 60.0)  # the service stops while it waits
+    cut = studies.submit(study, "inprocess")
+    lost = StudyService(store, ray, tmp_path).refresh(studies.get(cut.id))
+    assert lost.status == "FAILED" and "the service stopped before Ray took the study" in lost.message, lost
+    ray.client.ready.set()  # (the first service still runs here: Ray takes the study, and it is stopped)
+    settled(studies.submissions, cut.id)
+    assert studies.get(cut.id).status == "FAILED" and ray.client.stopped == [cut.id]
 
 
 def test_the_embedded_heads_ports_are_distinct():
