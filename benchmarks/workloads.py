@@ -24,7 +24,8 @@ clipped at norm 0.5), and on 2026-12-05 `graph` (a two-layer GCN on a synthetic 
 dropout is a gradient's only noise; Adam) and `multilabel` (24 sigmoid cross-entropies on synthetic
 features, whose loss first falls fast to the labels' base rates; AdamW), and `spirals` (three spiral arms
 in the plane, an MLP, 8 points a batch per rank; SGD + momentum), then `finetune` (an MLP pretrained on a
-source classification task, fine-tuned with a new head on a related one; AdamW).
+source classification task, fine-tuned with a new head on a related one; AdamW), and `contrastive` (an MLP
+encoder of the digits trained on the InfoNCE loss between two shifted, noisy views of each image; RAdam).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -37,6 +38,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -839,6 +841,75 @@ class Finetune(_Synthetic):
         return net
 
 
+def _shifted_views(x: torch.Tensor, g: torch.Generator, noise: float) -> torch.Tensor:
+    """A view of each 8x8 digit: moved by up to one pixel each way (the edge wraps round), plus Gaussian
+    noise of `noise` (the pixels are in [0, 1])."""
+    images = x.view(-1, 8, 8)
+    moves = torch.randint(-1, 2, (len(x), 2), generator=g)
+    out = torch.empty_like(images)
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            rows = ((moves[:, 0] == dy) & (moves[:, 1] == dx)).nonzero().flatten()
+            out[rows] = torch.roll(images[rows], shifts=(dy, dx), dims=(1, 2))
+    return out.reshape(len(x), 64) + noise * torch.randn(len(x), 64, generator=g)
+
+
+def _info_nce(z: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The contrastive loss of 2B embeddings whose rows i and i + B are two views of one image: each row's
+    cross-entropy of finding its partner among the other 2B - 1 (cosine similarity / `temperature`)."""
+    z = nn.functional.normalize(z, dim=1)
+    n = len(z) // 2
+    sim = z @ z.T / temperature
+    sim = sim.masked_fill(torch.eye(2 * n, dtype=torch.bool), float("-inf"))
+    partner = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
+    return nn.functional.cross_entropy(sim, partner)
+
+
+@dataclass
+class DigitsContrastive(Digits):
+    """Self-supervised contrastive learning on the 8x8 digits: two views of each image (moved by up to a
+    pixel, plus noise), an MLP encoder (64 -> 256 -> 256 -> 32, ReLU), and the InfoNCE loss at temperature
+    0.2 over a rank's batch (32 images, 64 views: each view's partner among 63). No labels; the metric is the
+    same loss on the held-out images in batches of 32, with views drawn once. Its floor is well above zero
+    and depends on the batch; an encoder collapsed to one point sits at ln 63 (no chance level is named)."""
+
+    temperature: float = 0.2
+    noise: float = 0.1
+    embedding: int = 32
+    width: int = 256
+    name: str = field(default="digits_contrastive", init=False)
+    chance_loss: float | None = field(default=None, init=False)  # type: ignore[assignment]
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            w = self.width
+            return nn.Sequential(
+                nn.Linear(64, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, self.embedding)
+            )
+
+    def batches(self, rank: int, replicas: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed * 7919 + rank + 1_000_003)  # the views' own draws
+        for x, _ in super().batches(rank, replicas, seed):
+            yield _shifted_views(x, g, self.noise), _shifted_views(x, g, self.noise)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        a, b = batch
+        return _info_nce(model(torch.cat([a, b])), self.temperature)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x = _digits()[0][: self.validation]  # the digits' fixed split: the images Digits holds out
+        g = torch.Generator().manual_seed(0)
+        a, b = _shifted_views(x, g, self.noise), _shifted_views(x, g, self.noise)
+        n = self.batch_size
+        losses = [
+            float(_info_nce(model(torch.cat([a[i : i + n], b[i : i + n]])), self.temperature))
+            for i in range(0, len(x) - n + 1, n)
+        ]
+        return {"val_loss": sum(losses) / len(losses)}
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -847,8 +918,8 @@ class Workload:
     """'sgd' (momentum 0.9, cycled by OneCycle), 'adam', 'adamw' (weight decay 0.01), 'nadam' or 'rmsprop'
     (torch's defaults; OneCycle cycles NAdam's beta1, and RMSprop's momentum from 0.95 to 0.85 and back, as
     torch's `OneCycleLR` does for any optimizer with a `momentum` setting), 'nesterov' (SGD, Nesterov
-    momentum 0.9, weight decay 5e-4) or 'adagrad' (torch's defaults; no momentum to cycle, so both schedulers
-    get `cycle_momentum=False`)."""
+    momentum 0.9, weight decay 5e-4), 'adagrad' (torch's defaults; no momentum to cycle, so both schedulers
+    get `cycle_momentum=False`) or 'radam' (torch's defaults; OneCycle cycles its beta1)."""
     steps: int
     sync_every: int
 
@@ -871,6 +942,8 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
         return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
     if kind == "adagrad":
         return torch.optim.Adagrad(params, lr=lr)
+    if kind == "radam":
+        return torch.optim.RAdam(params, lr=lr)
     if kind == "prodigy":
         from prodigyopt import Prodigy
 
@@ -911,6 +984,7 @@ TASKS = {
     "multilabel": (Multilabel, {}, "adamw"),
     "spirals": (Spirals, {}, "sgd"),
     "finetune": (Finetune, {}, "adamw"),
+    "contrastive": (DigitsContrastive, {}, "radam"),
 }
 
 
