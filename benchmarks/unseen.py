@@ -22,11 +22,11 @@ batch per rank (noisy window losses; SGD + momentum), then an MLP pretrained on 
 and fine-tuned with a new head on a related one (a loss that falls fast while the head learns, then slowly;
 AdamW), and a contrastive encoder of the digits (InfoNCE between two shifted, noisy views of each image, no
 labels; RAdam, whose own rectification damps its first steps). The setting is the issue's: 500 steps, the
-README's three-line change with the defaults (its sync period at 500 steps is 25, the value the jobs pass),
-4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload (`CENTRE`, a familiar
-default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0 to 2 picks the
-oracle's rate (grown past an end that holds the best, `grid_best`), then HDET from 10x too low, the oracle's
-rate and 10x too high beside fixed OneCycle at those rates. Results append to
+README's three-line change with the defaults (its sync period at 500 steps is 25, the value the jobs pass), 4
+gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload (`CENTRE`, a
+familiar default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0 to 2 picks
+the oracle's rate (grown past an end that holds the best, `grid_best`), then HDET from 10x too low, the
+oracle's rate and 10x too high beside fixed OneCycle at those rates. Results append to
 `benchmarks/results/<mode>/unseen_runs.jsonl` (an interrupted run resumes); the table goes to `unseen.md`.
 """
 
