@@ -1,6 +1,6 @@
 """Unseen: the HDET defaults on model and data families no default was chosen on, in the issue's setting.
 
-    python -m benchmarks.unseen            # 19 workloads: 500 steps, 3 seeds (~2 hours, 2 cores)
+    python -m benchmarks.unseen            # 20 workloads: 500 steps, 3 seeds (~2 hours, 2 cores)
     python -m benchmarks.unseen --seeds 3 4   # more seeds (resumes; the oracle stays that of seeds 0 to 2)
     python -m benchmarks.unseen --quick    # softmax at 20 steps, 1 seed: checks that it runs
 
@@ -21,12 +21,13 @@ fast as the labels' base rates are learned; AdamW), and an MLP on three spiral a
 batch per rank (noisy window losses; SGD + momentum), then an MLP pretrained on a source classification task
 and fine-tuned with a new head on a related one (a loss that falls fast while the head learns, then slowly;
 AdamW), and a contrastive encoder of the digits (InfoNCE between two shifted, noisy views of each image, no
-labels; RAdam, whose own rectification damps its first steps). The setting is the issue's: 500 steps, the
-README's three-line change with the defaults (its sync period at 500 steps is 25, the value the jobs pass), 4
-gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload (`CENTRE`, a
-familiar default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0 to 2 picks
-the oracle's rate (grown past an end that holds the best, `grid_best`), then HDET from 10x too low, the
-oracle's rate and 10x too high beside fixed OneCycle at those rates. Results append to
+labels; RAdam, whose own rectification damps its first steps), and a Poisson regression of counts (an
+exponential link, so a step too long blows up fast; SGD + momentum). The setting is the issue's: 500 steps,
+the README's three-line change with the defaults (its sync period at 500 steps is 25, the value the jobs
+pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload
+(`CENTRE`, a familiar default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0
+to 2 picks the oracle's rate (grown past an end that holds the best, `grid_best`), then HDET from 10x too low,
+the oracle's rate and 10x too high beside fixed OneCycle at those rates. Results append to
 `benchmarks/results/<mode>/unseen_runs.jsonl` (an interrupted run resumes); the table goes to `unseen.md`.
 """
 
@@ -61,6 +62,7 @@ CENTRE = {
     "spirals": 0.1,
     "finetune": 1e-3,
     "contrastive": 1e-3,
+    "counts": 3e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -25,7 +25,8 @@ dropout is a gradient's only noise; Adam) and `multilabel` (24 sigmoid cross-ent
 features, whose loss first falls fast to the labels' base rates; AdamW), and `spirals` (three spiral arms
 in the plane, an MLP, 8 points a batch per rank; SGD + momentum), then `finetune` (an MLP pretrained on a
 source classification task, fine-tuned with a new head on a related one; AdamW), and `contrastive` (an MLP
-encoder of the digits trained on the InfoNCE loss between two shifted, noisy views of each image; RAdam).
+encoder of the digits trained on the InfoNCE loss between two shifted, noisy views of each image; RAdam),
+and `counts` (a Poisson regression of counts through an exponential link; SGD + momentum).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -841,6 +842,38 @@ class Finetune(_Synthetic):
         return net
 
 
+@dataclass
+class Counts(_Synthetic):
+    """Poisson regression of counts: 16 Gaussian inputs, the log of each row's rate a fixed random tanh
+    network's output (scaled to mean 1 and sd 1: rates from about 0.1 to 50), the count drawn from it; an MLP
+    (two hidden ReLU layers of 128) predicts the log-rate, trained and validated on the Poisson negative
+    log-likelihood (`poisson_nll_loss` with its Stirling term). The exponential link makes a step too long
+    blow up fast: the gradient grows as the predicted rate does. No chance level is named."""
+
+    width: int = 128
+    inputs: int = 16
+    validation: int = 1024
+    batch_size: int = 32
+    name: str = field(default="counts", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    @staticmethod
+    def criterion(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.poisson_nll_loss(out.squeeze(1), y, log_input=True, full=True)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, _ = self._draw()
+        x = torch.randn(self.train + self.validation, self.inputs, generator=g)
+        log_rate = _teacher(x, 64, g).squeeze(1)
+        log_rate = 1.0 + (log_rate - log_rate.mean()) / log_rate.std()
+        return x, torch.poisson(log_rate.exp(), generator=g)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _two_hidden(self.inputs, self.width, 1)
+
+
 def _shifted_views(x: torch.Tensor, g: torch.Generator, noise: float) -> torch.Tensor:
     """A view of each 8x8 digit: moved by up to one pixel each way (the edge wraps round), plus Gaussian
     noise of `noise` (the pixels are in [0, 1])."""
@@ -985,6 +1018,7 @@ TASKS = {
     "spirals": (Spirals, {}, "sgd"),
     "finetune": (Finetune, {}, "adamw"),
     "contrastive": (DigitsContrastive, {}, "radam"),
+    "counts": (Counts, {}, "sgd"),
 }
 
 
