@@ -109,7 +109,8 @@ def cell(ratios: list[float]) -> str:
     if not finite:
         return f"diverged ({dead} of {dead})"
     m, sd = common.mean_spread(finite)
-    return f"{m:.3f} ± {sd:.3f}" + (f" ({dead} of {len(ratios)} diverged)" if dead else "")
+    text = f"{m:.3f} ± {sd:.3f}" if m < 1e4 else f"{m:.3g} ± {sd:.3g}"  # a run that blew up but stayed finite
+    return text + (f" ({dead} of {len(ratios)} diverged)" if dead else "")
 
 
 def harm(fixed: list[float], hdet: list[float]) -> str:

@@ -238,6 +238,7 @@ def test_holdout_counts_a_diverged_run_as_infinitely_bad():
     inf = math.inf
     assert cell([inf, inf, inf]) == "diverged (3 of 3)"
     assert cell([1.0, inf, 1.2]) == "1.100 ± 0.141 (1 of 3 diverged)"
+    assert cell([2.664e27, inf]) == "2.66e+27 ± 0 (1 of 2 diverged)"  # blew up, stayed finite: readable
     # fixed OneCycle diverged on every seed, HDET trained: no harm, whatever HDET's ratio
     assert harm([inf] * 3, [1.5, 1.6, 1.4]) == "no"
     # more diverged HDET runs is harm; otherwise one sd decides
