@@ -1203,7 +1203,7 @@ class EvidenceController(Controller):
             offsets[name] = clamp(p.offset + d * step, *p.offset_bounds)
             why = ""
             if runs_down:
-                why = " (the first pool said lower throughout"
+                why = " (the first pool it judged said lower throughout"
                 why += ", and the loss stopped falling: a rate too high)" if cfg.run_down_on_plateau else ")"
             notes.append(f"{name}: z {z:+.2f}, moved {d * step:+.2f}{why}")
         widths = dict(state.widths)

@@ -873,7 +873,7 @@ def test_evidence_reads_a_first_pool_again_without_a_first_window_of_higher():
     # loss has stopped falling: the pool of windows 1-4 is the first pool, and the rate runs down from there
     assert moves([1, -1, -1, -1, -1, -1, -1], flat) == [(4, -0.25), (5, -0.5)]
     _, ds = run(make_controller("evidence"), windows([1, -1, -1, -1, -1], flat[:5]))
-    assert "the first pool said lower throughout" in ds[4].note
+    assert "the first pool it judged said lower throughout" in ds[4].note
     # read with the first window, that pool is mixed and starts no run down: one ordinary move on the stalled
     # loss, whose pool then starts afresh
     assert moves([1, -1, -1, -1, -1, -1, -1], flat, first_pool_skips_first_higher=False) == [(4, -0.25)]
