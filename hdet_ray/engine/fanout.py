@@ -52,11 +52,13 @@ def average_gradients(
     quality benchmark's MLP at its oracle's rate, on 40% of the steps), and clipping that cost the run 9% with
     no spread at all. Two collectives, no host sync: an all-gather of the N norms, then one SUM all-reduce per
     bucket that carries a contributor count. Returns the gathered norms (on the gradients' device; None when
-    there is no gradient).
+    there is no gradient). A parameter with no gradient on this rank (one some ranks' batches did not use)
+    contributes zeros and is given the mean, as DistributedDataParallel with `find_unused_parameters`
+    does: every rank must pass the same `params` (`used_anywhere`), or the all-reduce's sizes differ.
     """
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
+    if not params:
         return None
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flats = converge.pack(grads)
     sq = torch.stack([f.double().pow(2).sum().to(flats[0].device) for f in flats]).sum()
     ok = torch.isfinite(sq)
@@ -77,7 +79,22 @@ def average_gradients(
         dist.all_reduce(f, op=dist.ReduceOp.SUM, group=group)
         flats[i] = f[:-1] / f[-1:]  # no finite rank: 0 / 0, not finite, as DDP's mean would be
     converge.unpack(flats, grads)
+    for p, g in zip(params, grads, strict=True):
+        if p.grad is None:
+            p.grad = g
     return torch.cat(norms)
+
+
+def used_anywhere(params: Sequence[torch.Tensor], group=None) -> list[torch.Tensor]:
+    """The parameters that have a gradient on at least one rank now, in order, the same list on every rank
+    (one all-gather and one host read: call it once, at the first backward pass). The others (a module no
+    rank's loss uses) stay out of the shared gradient, their `grad` None, as under DDP."""
+    device = params[0].device if params else torch.device("cpu")
+    mine = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=device)
+    masks = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(masks, mine, group=group)
+    anywhere = torch.stack(masks).amax(0).tolist()
+    return [p for p, used in zip(params, anywhere, strict=True) if used]
 
 
 @dataclass

@@ -244,8 +244,9 @@ def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
         # averaged by the end of backward(): a clip between backward() and step() sees the mean, as under DDP
         assert torch.allclose(o["after_backward"], g_mean, rtol=1e-6, atol=1e-7)
         # the ranks' gradient norms (one all-gather, for the clip), then one flat gradient all-reduce, in the
-        # backward pass; none in the step
-        assert o["calls"] == ["all_gather", "all_reduce"] and o["calls_in_step"] == []
+        # backward pass; none in the step. This first backward pass also gathers which parameters have a
+        # gradient on any rank (`fanout.used_anywhere`, once)
+        assert o["calls"] == ["all_gather", "all_gather", "all_reduce"] and o["calls_in_step"] == []
 
 
 def compiled_run(rank, world, backend):
@@ -284,6 +285,58 @@ def test_a_compiled_model_gets_the_same_shared_gradient_and_trajectory_as_eager(
         assert len(c["offsets"]) == 4 and c["offsets"] == eager[0]["offsets"]
     # and it is the shared gradient: both ranks apply one mean gradient, not their own
     assert torch.equal(compiled[0]["grads"][0], compiled[1]["grads"][0])
+
+
+class _Branchy(torch.nn.Module):
+    """`extra` is used on rank 0's batches only (a per-rank branch, as routing or layer drop make), `never`
+    on none."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.extra, self.never, self.b = (torch.nn.Linear(3, 4), torch.nn.Linear(4, 4),
+                                                  torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))  # fmt: skip
+
+    def forward(self, x, rank):
+        h = torch.tanh(self.a(x))
+        return self.b(self.extra(h) if rank == 0 else h)
+
+
+def branchy_run(rank, world, ddp):
+    """The first backward's gradients (under DDP with find_unused_parameters, or under HDET's shared_grad),
+    then, under HDET, 10 more steps."""
+    torch.manual_seed(0)
+    model = _Branchy()
+    x = torch.full((2, 3), 1.0 + rank)
+    if ddp:
+        wrapped = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+        wrapped(x, rank).pow(2).mean().backward()
+        return {n: p.grad for n, p in model.named_parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scheduler = HDETOneCycleLR(opt, max_lr=0.01, total_steps=11, sync_every=5, seed=1)
+    first = None
+    for _ in range(11):
+        loss = model(x, rank).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        first = first or {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+        scheduler.step(loss=loss)
+    return {"first": first, "records": len(scheduler.records)}
+
+
+def test_a_parameter_some_ranks_do_not_use_gets_the_mean_gradient_as_under_ddp():
+    # a parameter with a gradient on some ranks only made the shared gradient's all-reduce differ in size
+    # across ranks, and gloo aborted the process ("Received data size doesn't match expected size"); now it
+    # carries zeros where unused, and every rank gets the mean, as DDP with find_unused_parameters gives
+    ddp, hdet = run_ranks(branchy_run, 2, True), run_ranks(branchy_run, 2, False)
+    for d, h in zip(ddp, hdet, strict=True):
+        assert h["records"] == 2
+        for name, grad in d.items():
+            if name.startswith("never"):  # used by no rank: no gradient, as under DDP
+                assert grad is None and h["first"][name] is None
+            else:
+                assert torch.allclose(h["first"][name], grad, rtol=1e-6, atol=1e-7), name
+    assert torch.count_nonzero(hdet[1]["first"]["extra.weight"]) > 0  # rank 1 got rank 0's share
 
 
 def accumulated_step(rank, world):
