@@ -39,7 +39,6 @@ log = logging.getLogger("hdet.service")
 _SUBMIT_GRACE_S = 60.0
 LOST_AFTER_S = 60.0
 """A head that stops answering for this long is gone: its jobs are marked lost (FAILED, with the reason)."""
-"""How the message of a job whose submission goes on in the background begins."""
 TOKEN_FILE = "ingest-token"
 TOKEN_ENV = "HDET_INGEST_TOKEN"
 
@@ -177,7 +176,7 @@ class JobService:
 
     def stop(self, job: Job) -> None:
         with self.submissions.lock:
-            # Ray has not taken it yet: stopped here; if Ray takes it after all, `_submit_later` stops it
+            # Ray has not taken it yet: stopped here; if Ray takes it after all, `_taken_later` stops it
             waiting = self.submitting(job.id)
             if waiting and self.store.set_status(
                 job.id, "STOPPED", "stopped before Ray took the job", only_from="PENDING"
