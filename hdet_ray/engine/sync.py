@@ -111,7 +111,11 @@ class WindowSync:
         device = flats[0].device if flats else torch.device("cpu")
         local = state.loss.stats(device, converge.params_finite(self.params))
         slope = state.slope if state.slope is not None else torch.tensor(math.nan, dtype=torch.float64)
-        stats = self.gather(torch.cat([local, slope.to(device=local.device, dtype=local.dtype).reshape(1)]))
+        # what the converge will all-reduce: its size must be the same on every rank (checked in `gather`)
+        size = torch.tensor([float(sum(f.numel() for f in flats))], dtype=local.dtype, device=local.device)
+        stats = self.gather(
+            torch.cat([local, slope.to(device=local.device, dtype=local.dtype).reshape(1), size])
+        )
         state.slope = None
         healthy, reasons = state.health.assess(stats, self.options.health)
         window = self.window_input(state, assignment, stats, healthy)
@@ -155,6 +159,15 @@ class WindowSync:
             rows = torch.stack(parts).cpu().tolist()  # the one host read of the window
         else:
             rows = [local.cpu().tolist()]
+        sizes = [int(r[7]) for r in rows]
+        if len(set(sizes)) > 1:  # the converge all-reduce would abort the process (gloo) or hang: say why
+            raise RuntimeError(
+                "HDET sync: the replicas' states to average differ in size across ranks (elements per "
+                f"rank: {sizes}). Under fanout='local' with optimizer_state='average' (its default) a "
+                "parameter that some ranks' batches did not use has optimizer state on the other ranks only; "
+                "pass optimizer_state='keep', or fanout='shared_grad'. Otherwise the ranks' models or "
+                "optimizers differ (parameters, floating-point buffers)."
+            )
         return [
             ReplicaStats(
                 mean_loss=r[0],

@@ -1,6 +1,7 @@
 """Real torch.distributed: 4 gloo processes spawned by the test, one replica each."""
 
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -301,9 +302,9 @@ class _Branchy(torch.nn.Module):
         return self.b(self.extra(h) if rank == 0 else h)
 
 
-def branchy_run(rank, world, ddp):
-    """The first backward's gradients (under DDP with find_unused_parameters, or under HDET's shared_grad),
-    then, under HDET, 10 more steps."""
+def branchy_run(rank, world, ddp, **options):
+    """The first backward's gradients (under DDP with find_unused_parameters, or under HDET with `options`),
+    then, under HDET, 10 more steps (or the error that stopped them)."""
     torch.manual_seed(0)
     model = _Branchy()
     x = torch.full((2, 3), 1.0 + rank)
@@ -311,16 +312,21 @@ def branchy_run(rank, world, ddp):
         wrapped = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
         wrapped(x, rank).pow(2).mean().backward()
         return {n: p.grad for n, p in model.named_parameters()}
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    scheduler = HDETOneCycleLR(opt, max_lr=0.01, total_steps=11, sync_every=5, seed=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)  # OneCycle cycles its momentum: buffers once stepped
+    scheduler = HDETOneCycleLR(opt, max_lr=0.01, total_steps=11, sync_every=5, seed=1, **options)
     first = None
-    for _ in range(11):
-        loss = model(x, rank).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        first = first or {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
-        opt.step()
-        scheduler.step(loss=loss)
+    try:
+        for _ in range(11):
+            loss = model(x, rank).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            first = first or {
+                n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()
+            }
+            opt.step()
+            scheduler.step(loss=loss)
+    except RuntimeError as e:
+        return {"error": str(e)}
     return {"first": first, "records": len(scheduler.records)}
 
 
@@ -337,6 +343,14 @@ def test_a_parameter_some_ranks_do_not_use_gets_the_mean_gradient_as_under_ddp()
             else:
                 assert torch.allclose(h["first"][name], grad, rtol=1e-6, atol=1e-7), name
     assert torch.count_nonzero(hdet[1]["first"]["extra.weight"]) > 0  # rank 1 got rank 0's share
+    # under `local` each rank steps only what its batches used, and the momentum buffers it then has are
+    # averaged at the sync (optimizer_state="average"): their sizes differ across ranks, and the sync says so
+    # on every rank instead of gloo aborting the process; with optimizer_state="keep" the run goes on
+    stopped = run_ranks(partial(branchy_run, fanout="local"), 2, False)
+    for out in stopped:
+        assert "differ in size across ranks" in out["error"] and "optimizer_state='keep'" in out["error"]
+    kept = run_ranks(partial(branchy_run, fanout="local", optimizer_state="keep"), 2, False)
+    assert [out["records"] for out in kept] == [2, 2]
 
 
 def accumulated_step(rank, world):
