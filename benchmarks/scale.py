@@ -110,13 +110,13 @@ def projected_bytes(params: float, replicas: int, sync_every: int, state_copies:
 
     DDP: 2 (N-1)/N * 4P every step. shared_grad: the same plus the sync's average of `state_copies` x P
     (parameters and AdamW's two moments under optimizer_state='average') every `sync_every` steps.
-    local: only the sync's average. Both HDET modes add the window's all-gather (7 float64 per replica,
+    local: only the sync's average. Both HDET modes add the window's all-gather (8 float64 per replica,
     received by every rank) and the Decision broadcast (3 + N + 4 float64) once per window.
     """
     ring = 2 * (replicas - 1) / replicas
     grad = ring * 4 * params
     sync = ring * 4 * params * state_copies / sync_every
-    window = (7 * 8 * replicas + 8 * (3 + replicas + 4)) / sync_every
+    window = (8 * 8 * replicas + 8 * (3 + replicas + 4)) / sync_every
     return {"ddp": grad, "shared_grad": grad + sync + window, "local": sync + window}
 
 

@@ -78,10 +78,11 @@ def test_quality_and_speed_jobs_on_two_gloo_ranks(tmp_path):
 
     model_bytes = 4 * sum(p.numel() for p in make_model().parameters())
     assert out["ddp"]["bytes_per_step"] == model_bytes  # every gradient, once per step
-    # local: parameters + AdamW's two moments every 2 steps, plus the window's statistics gather (7 float64:
-    # mean, first, tail and lowest loss, finite, count, hypergradient);
-    # with the controller in-process every rank decides alike, so no Decision travels
-    extra = 7 * 8 / 2
+    # local: parameters + AdamW's two moments every 2 steps, plus the window's statistics gather (8 float64:
+    # mean, first, tail and lowest loss, finite, count, hypergradient, and the size of what the converge
+    # all-reduces, checked equal on every rank); with the controller in-process every rank decides alike, so
+    # no Decision travels
+    extra = 8 * 8 / 2
     assert out["local"]["bytes_per_step"] == pytest.approx(3 * model_bytes / 2 + extra, rel=1e-9)
     # shared_grad: the gradient every step, plus the parameters every 2 steps; its default optimizer-state
     # policy is 'keep' (the moments agree already), so they do not travel. Through the hook, each step also
@@ -101,7 +102,7 @@ def test_scale_decides_at_1024_replicas_and_projects_by_the_ring_formula():
     assert scale.decide_s("slope", 1024, repeats=3) > 0
     p = scale.projected_bytes(1e9, 1000, 50)
     assert p["ddp"] == pytest.approx(2 * 999 / 1000 * 4e9)
-    assert p["local"] == pytest.approx(2 * 999 / 1000 * 4e9 * 3 / 50 + (7 * 8 * 1000 + 8 * 1007) / 50)
+    assert p["local"] == pytest.approx(2 * 999 / 1000 * 4e9 * 3 / 50 + (8 * 8 * 1000 + 8 * 1007) / 50)
     assert p["shared_grad"] == pytest.approx(p["ddp"] + p["local"])
 
 
