@@ -56,6 +56,29 @@ class HDETDivergedError(RuntimeError):
         return (type(self), (self.window, self.step, self.note))
 
 
+def _refuse_sharded(params: list[torch.Tensor], model: torch.nn.Module | None) -> None:
+    """HDET's replicas each hold the whole model and are averaged at every sync. Parameters sharded across
+    the ranks (FSDP, FSDP2's `fully_shard`, tensor parallelism) hold a different slice on every rank, so the
+    average would mix different weights (or fail deep inside DTensor's sharding rules): refuse them here."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.tensor import DTensor
+
+    what = None
+    if any(isinstance(p, DTensor) for p in params):
+        what = "DTensor parameters"
+    elif any(type(p).__name__ == "FlatParameter" for p in params):  # FSDP's flattened shards
+        what = "FSDP FlatParameters"
+    elif model is not None and any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+        what = "the parameters of a FullyShardedDataParallel module"
+    if what is not None:
+        raise ValueError(
+            f"HDETOneCycleLR: the optimizer holds {what}, sharded across the ranks (FSDP, fully_shard or "
+            "tensor parallelism). HDET's replicas each hold the whole model and are averaged at every "
+            "sync; a shard is a different slice of the weights on every rank, so averaging them would mix "
+            "different weights. Use HDET with plain data parallelism: no wrapper, or DistributedDataParallel."
+        )
+
+
 class HDETOneCycleLR(OneCycleLR):
     """OneCycleLR, with the same arguments and defaults, plus keyword-only HDET options (`HDETOptions`
     documents each; docs/engine.md has the table).
@@ -132,6 +155,8 @@ class HDETOneCycleLR(OneCycleLR):
                 controller if auto_lr else "hold", **(controller_settings or {})
             )
         self._params = [p for g in optimizer.param_groups for p in g["params"]]
+        if self.replicas > 1:
+            _refuse_sharded(self._params, model)
         self.state = HDETState(
             controller=self.controller.initial_state([hp.name for hp in self.explore]),
             loss=WindowLoss(self.sync_every),

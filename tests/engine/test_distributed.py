@@ -353,6 +353,30 @@ def test_a_parameter_some_ranks_do_not_use_gets_the_mean_gradient_as_under_ddp()
     assert [out["records"] for out in kept] == [2, 2]
 
 
+def sharded_construction(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    try:
+        HDETOneCycleLR(
+            torch.optim.AdamW(model.parameters(), lr=1e-2), max_lr=1e-2, total_steps=20, model=model
+        )
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def test_parameters_sharded_across_ranks_are_refused_at_construction():
+    # FSDP2's fully_shard on gloo: each rank's DTensor holds a different slice, which the sync would average
+    # together (before this check it failed deep in DTensor's sharding rules at the first sync). FSDP1's
+    # FlatParameter and FullyShardedDataParallel branches need an accelerator (FSDP1 refuses a CPU-only
+    # machine), so only this one is run here.
+    for message in run_ranks(sharded_construction, 2):
+        assert "DTensor parameters" in message and "plain data parallelism" in message
+
+
 def accumulated_step(rank, world):
     """Two micro-batches per optimizer step (gradient accumulation): the mean ends each backward pass."""
     model = torch.nn.Linear(3, 1, bias=False)
