@@ -22,8 +22,8 @@ class UnknownJob(LookupError):
 
 
 class AgentNotReady(RuntimeError):
-    """The head answers but has no job agent to take a submission yet; the job was not created, so the same
-    submission id may be tried again."""
+    """The head cannot take a submission yet: it has no job agent, or it dropped the connection without an
+    answer (a head that has just started). The same submission id may be tried again."""
 
 
 class JobBackend(Protocol):
@@ -189,6 +189,7 @@ class RayJobs:
     ) -> None:
         deadline = time.monotonic() + (SUBMIT_RETRY_S if retry_s is None else retry_s)
         wait = 0.5
+        dropped = False  # a try whose connection dropped may have created the job after all
         while True:
             try:
                 self.client.submit_job(
@@ -200,10 +201,18 @@ class RayJobs:
                 return
             except RuntimeError as e:  # the agent registers a while after the head answers; the job
                 # was not created, so the same submission id is free to try again
+                if dropped and "already exists" in str(e):
+                    return  # the dropped try had created it
                 if not _agent_not_ready(e) or self.gone():
                     raise
-                if time.monotonic() + wait > deadline:
-                    raise AgentNotReady(str(e)) from e
+                error: Exception = e
+            except OSError as e:  # a head just started can drop the connection without an answer
+                # (requests' ConnectionError: "Remote end closed connection without response", seen in CI)
+                if self.gone():
+                    raise
+                dropped, error = True, e
+            if time.monotonic() + wait > deadline:
+                raise AgentNotReady(str(error)) from error
             time.sleep(wait)
             wait = min(wait * 2, 8.0)
 

@@ -279,10 +279,40 @@ def test_submission_waits_for_a_head_whose_job_agent_is_not_up_yet(monkeypatch):
     with pytest.raises(RuntimeError, match="runtime_env"):
         jobs.submit("hdet-y", "python -c pass")
     assert jobs.client.calls == 1
+    # a head just started can also drop the connection without an answer (requests' ConnectionError, an
+    # OSError: "Remote end closed connection without response", seen in CI): tried again too, and if the
+    # dropped try had created the job, Ray's "already exists" on the next one means it is taken
+    import requests
+
+    class Dropping:
+        def __init__(self, then=None):
+            self.then, self.calls = then, 0
+
+        def submit_job(self, **kwargs):
+            self.calls += 1
+            if self.calls == 1:
+                dropped = "RemoteDisconnected('Remote end closed connection without response')"
+                raise requests.exceptions.ConnectionError(f"('Connection aborted.', {dropped})")
+            if self.then:
+                raise RuntimeError(self.then)
+
+    jobs.client = Dropping()
+    jobs.submit("hdet-d", "python -c pass")
+    assert jobs.client.calls == 2
+    jobs.client = Dropping(
+        then="Request failed with status code 400: Job with submission_id hdet-e already exists."
+    )
+    jobs.submit("hdet-e", "python -c pass")
+    assert jobs.client.calls == 2
     monkeypatch.setattr(backends, "SUBMIT_RETRY_S", 0.0)  # an agent that never comes: the error surfaces
     jobs.client = Scripted(100)
     with pytest.raises(RuntimeError, match="No available agent"):
         jobs.submit("hdet-z", "python -c pass")
+    jobs.client = (
+        Dropping()
+    )  # and a dropped connection, as AgentNotReady: the service goes on in the background
+    with pytest.raises(backends.AgentNotReady, match="Connection aborted"):
+        jobs.submit("hdet-w", "python -c pass")
 
 
 class LateAgent:
