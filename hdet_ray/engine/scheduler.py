@@ -18,6 +18,7 @@ averaged and the controller moves the offsets (`engine/sync.py`). The pieces: `H
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
@@ -59,16 +60,20 @@ class HDETDivergedError(RuntimeError):
 def _refuse_sharded(params: list[torch.Tensor], model: torch.nn.Module | None) -> None:
     """HDET's replicas each hold the whole model and are averaged at every sync. Parameters sharded across
     the ranks (FSDP, FSDP2's `fully_shard`, tensor parallelism) hold a different slice on every rank, so the
-    average would mix different weights (or fail deep inside DTensor's sharding rules): refuse them here."""
-    from torch.distributed.fsdp import FullyShardedDataParallel
-    from torch.distributed.tensor import DTensor
-
+    average would mix different weights (or fail deep inside DTensor's sharding rules): refuse them here.
+    Such parameters exist only once their modules are imported, so nothing is imported here (DTensor's
+    module alone takes half a second)."""
+    tensor, fsdp = sys.modules.get("torch.distributed.tensor"), sys.modules.get("torch.distributed.fsdp")
     what = None
-    if any(isinstance(p, DTensor) for p in params):
+    if tensor is not None and any(isinstance(p, tensor.DTensor) for p in params):
         what = "DTensor parameters"
     elif any(type(p).__name__ == "FlatParameter" for p in params):  # FSDP's flattened shards
         what = "FSDP FlatParameters"
-    elif model is not None and any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+    elif (
+        fsdp is not None
+        and model is not None
+        and any(isinstance(m, fsdp.FullyShardedDataParallel) for m in model.modules())
+    ):
         what = "the parameters of a FullyShardedDataParallel module"
     if what is not None:
         raise ValueError(

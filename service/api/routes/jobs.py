@@ -59,8 +59,9 @@ def public(state, job: Job) -> JobPublic:
 def create_job(body: JobCreate, request: Request, state: StateDep) -> JobCreated:
     """Submit a job spec. It runs on Ray as `python -m hdet_ray run --spec-json ...`. A spec that
     could never be scheduled on the cluster (more replicas than a fixed-size cluster has CPUs) is a 422
-    naming `replicas`; a cluster that does not answer is a 503. A head whose job agent is not up yet
-    gets the job in the background: the answer is at once, PENDING, with the reason in the job's message."""
+    naming `replicas`; a cluster that does not answer is a 503. A head not ready to take it yet (no job
+    agent, or a dropped connection) gets the job in the background: the answer is at once, PENDING, with the
+    reason in the job's message."""
     spec = body.model_dump(mode="json", exclude={"service", "storage_path"})
     public_url = state.settings.public_url or str(request.base_url)
     try:
