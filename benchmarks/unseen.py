@@ -63,6 +63,9 @@ CENTRE = {
     "finetune": 1e-3,
     "contrastive": 1e-3,
     "counts": 3e-3,
+    "finetune_groups": 1e-3,
+    "bag_of_words": 3e-3,
+    "experts": 3e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -943,6 +943,120 @@ class DigitsContrastive(Digits):
         return {"val_loss": sum(losses) / len(losses)}
 
 
+@dataclass
+class FinetuneGroups(Finetune):
+    """The fine-tune above with discriminative rates, as a user writes it: two parameter groups, the
+    pretrained body at `body_ratio` of the new head's rate (OneCycleLR's `max_lr` a list, one rate a group).
+    HDET's rate multiplier scales both groups alike."""
+
+    body_ratio: float = 0.1
+    name: str = field(default="finetune_groups", init=False)  # type: ignore[assignment]
+
+    def param_groups(self, model: nn.Module) -> list[list[nn.Parameter]]:
+        """(the body's parameters, the head's): the optimizer's two groups."""
+        head = list(model[-1].parameters())
+        body = [p for p in model.parameters() if all(p is not q for q in head)]
+        return [body, head]
+
+    @property
+    def group_ratios(self) -> tuple[float, ...]:
+        """Each group's share of the job's `max_lr`, in `param_groups`' order."""
+        return (self.body_ratio, 1.0)
+
+
+@dataclass
+class BagOfWords(_Synthetic):
+    """Text classification from a bag of token embeddings: documents of 32 tokens from a 4,096-token
+    vocabulary with Zipf frequencies (exponent 1.1), each of 6 classes over-using its own 64 topic tokens
+    (drawn from the rarer half of the vocabulary) in a quarter of its positions; the model an `EmbeddingBag`
+    (mean, width 64) and a linear layer. A batch touches a few hundred of the 4,096 rows, so most embedding
+    rows get a zero gradient at most steps and the rare ones learn from few: a sparse-gradient workload.
+    Metric validation cross-entropy. No chance level is named."""
+
+    vocab: int = 4096
+    length: int = 32
+    classes: int = 6
+    topic: int = 64
+    share: float = 0.25
+    dim: int = 64
+    name: str = field(default="bag_of_words", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.cross_entropy)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        ranks = torch.arange(1, self.vocab + 1, dtype=torch.float64)
+        zipf = ranks.pow(-1.1)
+        rare = torch.randperm(self.vocab // 2, generator=g) + self.vocab // 2
+        topics = rare[: self.classes * self.topic].view(self.classes, self.topic)
+        y = torch.randint(0, self.classes, (n,), generator=g)
+        background = torch.multinomial(zipf / zipf.sum(), n * self.length, True, generator=g)
+        x = background.view(n, self.length)
+        own = torch.rand(n, self.length, generator=g) < self.share
+        picks = topics[
+            y.unsqueeze(1).expand(n, self.length), torch.randint(0, self.topic, (n, self.length), generator=g)
+        ]
+        return torch.where(own, picks, x), y
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _BagModel(self.vocab, self.dim, self.classes)
+
+
+class _BagModel(nn.Module):
+    def __init__(self, vocab: int, dim: int, classes: int) -> None:
+        super().__init__()
+        self.embed = nn.EmbeddingBag(vocab, dim, mode="mean")
+        self.out = nn.Linear(dim, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(self.embed(tokens))
+
+
+class _TopOneExperts(nn.Module):
+    """A mixture of `experts` two-layer MLPs with top-1 routing: a linear router's softmax picks one expert
+    per input, whose output is scaled by that probability (so the router learns), and a shared linear head.
+    An expert no input of a batch was routed to has no gradient on that rank at that step."""
+
+    def __init__(self, inputs: int, width: int, experts: int, outputs: int) -> None:
+        super().__init__()
+        self.inp = nn.Linear(inputs, width)
+        self.router = nn.Linear(width, experts)
+        self.experts = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)) for _ in range(experts)
+        )
+        self.out = nn.Linear(width, outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.inp(x))
+        gate = torch.softmax(self.router(h), dim=1)
+        weight, pick = gate.max(dim=1)
+        mixed = torch.zeros_like(h)
+        for k, expert in enumerate(self.experts):
+            rows = (pick == k).nonzero().flatten()
+            if len(rows):
+                mixed = mixed.index_add(0, rows, weight[rows, None] * expert(h[rows]))
+        return self.out(h + mixed)
+
+
+@dataclass
+class DigitsExperts(Digits):
+    """A top-1 mixture of 4 expert MLPs on the digits (width 64, a residual around the experts), AdamW: a
+    routed model, in which an expert no image of a rank's batch went to gets no gradient there."""
+
+    width: int = 64
+    experts: int = 4
+    name: str = field(default="digits_experts", init=False)
+    ddp_unused: bool = field(default=True, init=False)
+    """DDP needs `find_unused_parameters=True` for a routed model (an expert may get no input)."""
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _TopOneExperts(64, self.width, self.experts, 10)
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -1019,6 +1133,9 @@ TASKS = {
     "finetune": (Finetune, {}, "adamw"),
     "contrastive": (DigitsContrastive, {}, "radam"),
     "counts": (Counts, {}, "sgd"),
+    "finetune_groups": (FinetuneGroups, {}, "adamw"),
+    "bag_of_words": (BagOfWords, {}, "adam"),
+    "experts": (DigitsExperts, {}, "adamw"),
 }
 
 
@@ -1086,7 +1203,12 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         perturb_(model, float(job["perturb"]), int(job.get("perturb_seed", 0)))
     arm = job["arm"]
     kind = job["optimizer"] if arm == "lrfree" else opt_kind
-    optimizer = make_optimizer(kind, model.parameters(), job["max_lr"] / 25.0, base=opt_kind)
+    # `param_groups`: the user's optimizer has several groups, each at its share of the rate (a list max_lr)
+    groups = task.param_groups(model) if hasattr(task, "param_groups") else None
+    params = [{"params": g} for g in groups] if groups else model.parameters()
+    max_lr = [job["max_lr"] * r for r in task.group_ratios] if groups else job["max_lr"]
+    optimizer = make_optimizer(kind, params, job["max_lr"] / 25.0, base=opt_kind)
+    unused = {"find_unused_parameters": True} if getattr(task, "ddp_unused", False) else {}
     # OneCycle cycles a momentum or beta1 by default and refuses an optimizer with neither (Adagrad): such a
     # user passes cycle_momentum=False, to both schedulers
     cycles = {"cycle_momentum": False} if not {"momentum", "betas"} & set(optimizer.defaults) else {}
@@ -1095,12 +1217,12 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         from hdet_ray import HDETDivergedError, HDETOneCycleLR
 
         # `ddp`: the user's DDP wrapper kept and passed as `model=` (the README's three-line change)
-        net = DistributedDataParallel(model) if job.get("ddp") and world > 1 else model
+        net = DistributedDataParallel(model, **unused) if job.get("ddp") and world > 1 else model
         options = hdet_options(job.get("hdet", {}))
         options.setdefault("sync_every", job["sync_every"])
         hdet = HDETOneCycleLR(
             optimizer,
-            max_lr=job["max_lr"],
+            max_lr=max_lr,
             total_steps=steps,
             model=net,
             seed=seed,
@@ -1110,8 +1232,8 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         )
         scheduler = hdet
     else:
-        net = DistributedDataParallel(model) if world > 1 else model
-        scheduler = OneCycleLR(optimizer, max_lr=job["max_lr"], total_steps=steps, **cycles, **shape)
+        net = DistributedDataParallel(model, **unused) if world > 1 else model
+        scheduler = OneCycleLR(optimizer, max_lr=max_lr, total_steps=steps, **cycles, **shape)
     batches = task.batches(rank, world, seed)
     clip = float(job.get("clip") or getattr(task, "clip", 0.0))  # the job's, else the workload's own
     replica_val: list[list[list[float]]] = []

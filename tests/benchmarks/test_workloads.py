@@ -11,7 +11,7 @@ from benchmarks import workloads
 @pytest.mark.parametrize("name", sorted(workloads.TASKS))
 def test_a_workload_builds_and_its_loss_and_metric_are_finite(name, tmp_path, monkeypatch):
     task, optimizer = workloads.build(name)
-    if name == "finetune":  # its pretraining, cut short here, cached under this test's own directory
+    if name.startswith("finetune"):  # its pretraining, cut short here, cached under this test's own directory
         monkeypatch.setattr(workloads.tempfile, "gettempdir", lambda: str(tmp_path))
         task.pretrain_steps = 20
     model = task.model(0)
@@ -96,3 +96,37 @@ def test_a_jobs_onecycle_shape_reaches_the_hdet_schedule_and_unknown_arguments_a
     assert [r["params"]["lr"]["base"] for r in out["records"]] == pytest.approx(rates[3::5])
     with pytest.raises(ValueError, match=r"onecycle: unknown argument\(s\) \['pct'\]; allowed: .*pct_start"):
         workloads.run(0, 1, {**job, "onecycle": {"pct": 0.1}})
+
+
+def test_the_discriminative_fine_tune_splits_body_and_head_into_two_groups(tmp_path, monkeypatch):
+    monkeypatch.setattr(workloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    task, _ = workloads.build("finetune_groups")
+    task.pretrain_steps = 20
+    model = task.model(0)
+    body, head = task.param_groups(model)
+    assert {id(p) for p in head} == {id(p) for p in model[-1].parameters()}
+    assert len(body) + len(head) == len(list(model.parameters()))
+    assert not {id(p) for p in body} & {id(p) for p in head}
+    assert task.group_ratios == (0.1, 1.0)
+
+
+def test_the_bag_of_words_batch_touches_few_embedding_rows():
+    task, _ = workloads.build("bag_of_words")
+    model = task.model(0)
+    loss = task.loss(model, next(task.batches(0, 4, 0)))
+    loss.backward()
+    touched = int((model.embed.weight.grad.abs().sum(1) > 0).sum())
+    assert 0 < touched < task.vocab // 4  # a sparse gradient: most rows untouched at a step
+
+
+def test_an_expert_no_input_is_routed_to_gets_no_gradient_and_ddp_is_told():
+    task, _ = workloads.build("experts")
+    model = task.model(0)
+    x, y = next(task.batches(0, 4, 0))
+    with torch.no_grad():
+        model.router.weight.zero_()
+        model.router.bias.copy_(torch.tensor([5.0, 0.0, 0.0, 0.0]))  # every input to expert 0
+    task.loss(model, (x, y)).backward()
+    assert model.experts[0][0].weight.grad is not None
+    assert all(e[0].weight.grad is None for e in model.experts[1:])
+    assert task.ddp_unused
