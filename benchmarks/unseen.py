@@ -1,6 +1,6 @@
 """Unseen: the HDET defaults on model and data families no default was chosen on, in the issue's setting.
 
-    python -m benchmarks.unseen            # 20 workloads: 500 steps, 3 seeds (~3 hours, 2 cores)
+    python -m benchmarks.unseen            # 23 workloads: 500 steps, 3 seeds (~3.5 hours, 2 cores)
     python -m benchmarks.unseen --seeds 3 4   # more seeds (resumes; the oracle stays that of seeds 0 to 2)
     python -m benchmarks.unseen --quick    # softmax at 20 steps, 1 seed: checks that it runs
 
@@ -22,7 +22,11 @@ batch per rank (noisy window losses; SGD + momentum), then an MLP pretrained on 
 and fine-tuned with a new head on a related one (a loss that falls fast while the head learns, then slowly;
 AdamW), and a contrastive encoder of the digits (InfoNCE between two shifted, noisy views of each image, no
 labels; RAdam, whose own rectification damps its first steps), and a Poisson regression of counts (an
-exponential link, so a step too long blows up fast; SGD + momentum). The setting is the issue's: 500 steps,
+exponential link, so a step too long blows up fast; SGD + momentum), then the fine-tune again with
+discriminative rates (two parameter groups, the body at a tenth of the head's rate: `max_lr` a list; AdamW),
+a bag-of-words text classifier on Zipf-distributed tokens (an `EmbeddingBag`: most embedding rows get no
+gradient at a step; Adam) and a top-1 mixture of four expert MLPs on the digits (an expert no input of a
+rank's batch went to has no gradient there; AdamW). The setting is the issue's: 500 steps,
 the README's three-line change with the defaults (its sync period at 500 steps is 25, the value the jobs
 pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload
 (`CENTRE`, a familiar default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0

@@ -26,7 +26,10 @@ features, whose loss first falls fast to the labels' base rates; AdamW), and `sp
 in the plane, an MLP, 8 points a batch per rank; SGD + momentum), then `finetune` (an MLP pretrained on a
 source classification task, fine-tuned with a new head on a related one; AdamW), and `contrastive` (an MLP
 encoder of the digits trained on the InfoNCE loss between two shifted, noisy views of each image; RAdam),
-and `counts` (a Poisson regression of counts through an exponential link; SGD + momentum).
+and `counts` (a Poisson regression of counts through an exponential link; SGD + momentum), then
+`finetune_groups` (the fine-tune with the body at a tenth of the head's rate, two parameter groups; AdamW),
+`bag_of_words` (an `EmbeddingBag` classifier on Zipf-distributed tokens: sparse embedding gradients; Adam) and
+`experts` (a top-1 mixture of four expert MLPs on the digits; AdamW).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one

@@ -52,21 +52,33 @@ def average_gradients(
     quality benchmark's MLP at its oracle's rate, on 40% of the steps), and clipping that cost the run 9% with
     no spread at all. Two collectives, no host sync: an all-gather of the N norms, then one SUM all-reduce per
     bucket that carries a contributor count. Returns the gathered norms (on the gradients' device; None when
-    there is no gradient). A parameter with no gradient on this rank (one some ranks' batches did not use)
-    contributes zeros and is given the mean, as DistributedDataParallel with `find_unused_parameters`
-    does: every rank must pass the same `params` (`used_anywhere`), or the all-reduce's sizes differ.
+    there is no gradient). Every rank must pass the same `params` (those that require a gradient), or the
+    all-reduce's sizes differ. A parameter with no gradient on this rank (one some ranks' batches did not use
+    at this step: routing, layer drop) contributes zeros and is given the mean, as DistributedDataParallel
+    with `find_unused_parameters` does; one no rank used at this step keeps `grad` None, as under DDP. Which
+    ranks have a gradient rides in the norms' all-gather (8 bytes a parameter); only a rank that lacks one at
+    a step reads that to the host then (DDP reads its map of used parameters at every step).
     """
     if not params:
         return None
+    missing = [i for i, p in enumerate(params) if p.grad is None]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flats = converge.pack(grads)
     sq = torch.stack([f.double().pow(2).sum().to(flats[0].device) for f in flats]).sum()
     ok = torch.isfinite(sq)
     norm = torch.where(ok, sq.sqrt(), torch.full_like(sq, torch.inf)).reshape(1)
+    # this rank's norm, then 1 for each parameter it has a gradient for (made on the host if one lacks)
+    if missing:
+        present = torch.tensor([p.grad is not None for p in params], dtype=norm.dtype).to(norm.device)
+    else:
+        present = torch.ones(len(params), dtype=norm.dtype, device=norm.device)
+    row = torch.cat([norm, present])
     n = dist.get_world_size(group)
-    norms = [torch.empty_like(norm) for _ in range(n)]
-    dist.all_gather(norms, norm, group=group)
-    ordinary = lower_median(torch.cat(norms))
+    rows = [torch.empty_like(row) for _ in range(n)]
+    dist.all_gather(rows, row, group=group)
+    gathered = torch.stack(rows)
+    norms = gathered[:, 0].contiguous()
+    ordinary = lower_median(norms)
     if floor is not None:
         ordinary = torch.maximum(ordinary, floor.to(ordinary))
     bound = clip * ordinary
@@ -79,22 +91,12 @@ def average_gradients(
         dist.all_reduce(f, op=dist.ReduceOp.SUM, group=group)
         flats[i] = f[:-1] / f[-1:]  # no finite rank: 0 / 0, not finite, as DDP's mean would be
     converge.unpack(flats, grads)
-    for p, g in zip(params, grads, strict=True):
-        if p.grad is None:
-            p.grad = g
-    return torch.cat(norms)
-
-
-def used_anywhere(params: Sequence[torch.Tensor], group=None) -> list[torch.Tensor]:
-    """The parameters that have a gradient on at least one rank now, in order, the same list on every rank
-    (one all-gather and one host read: call it once, at the first backward pass). The others (a module no
-    rank's loss uses) stay out of the shared gradient, their `grad` None, as under DDP."""
-    device = params[0].device if params else torch.device("cpu")
-    mine = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=device)
-    masks = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(masks, mine, group=group)
-    anywhere = torch.stack(masks).amax(0).tolist()
-    return [p for p, used in zip(params, anywhere, strict=True) if used]
+    if missing:  # given the mean where some rank used it at this step; where none did, grad stays None
+        used = gathered[:, 1:].amax(0)[missing].tolist()
+        for i, anywhere in zip(missing, used, strict=True):
+            if anywhere:
+                params[i].grad = grads[i]
+    return norms
 
 
 @dataclass

@@ -176,8 +176,6 @@ class HDETOneCycleLR(OneCycleLR):
         self._held_ddp: fanouts.HoldDDP | None = None
         self._grad_hook = self._fanout_hook()
         self._checked_ddp = False
-        self._shared_params: list[torch.Tensor] | None = None
-        """The parameters `shared_grad` averages (`fanout.used_anywhere`, decided at the first backward)."""
         # the window hypergradient (what the evidence controller reads by default): the window's start state
         # is kept (4 bytes per parameter) and the gradient of its last step compared with the step so far
         self._measuring = self.replicas > 1 and self.controller.wants_hypergradient
@@ -351,10 +349,9 @@ class HDETOneCycleLR(OneCycleLR):
             # a range test 10x wide would average the top replica's gradient into every replica's update
             # (first-window losses of 1e6 and more): in the opening window the replicas train apart
             return
-        if self._shared_params is None:  # the first backward pass: what the shared gradient carries
-            self._shared_params = fanouts.used_anywhere(self._params, self.options.process_group)
         scale = self.state.grad_scale
-        norms = fanouts.average_gradients(self._shared_params, self.options.process_group, floor=scale.floor)
+        shared = [p for p in self._params if p.requires_grad]  # what every rank trains (unfrozen ones too)
+        norms = fanouts.average_gradients(shared, self.options.process_group, floor=scale.floor)
         if norms is not None:
             scale.observe(norms)
         if not self._checked_ddp and norms is not None:

@@ -244,10 +244,10 @@ def test_shared_grad_applies_the_mean_gradient_with_each_ranks_rate():
         assert torch.allclose(o["theta1"], expected, rtol=1e-6, atol=1e-7)
         # averaged by the end of backward(): a clip between backward() and step() sees the mean, as under DDP
         assert torch.allclose(o["after_backward"], g_mean, rtol=1e-6, atol=1e-7)
-        # the ranks' gradient norms (one all-gather, for the clip), then one flat gradient all-reduce, in the
-        # backward pass; none in the step. This first backward pass also gathers which parameters have a
-        # gradient on any rank (`fanout.used_anywhere`, once)
-        assert o["calls"] == ["all_gather", "all_gather", "all_reduce"] and o["calls_in_step"] == []
+        # the ranks' gradient norms and which parameters have a gradient (one all-gather, for the clip and
+        # for parameters some rank did not use), then one flat gradient all-reduce, in the backward pass;
+        # none in the step
+        assert o["calls"] == ["all_gather", "all_reduce"] and o["calls_in_step"] == []
 
 
 def compiled_run(rank, world, backend):
@@ -351,6 +351,56 @@ def test_a_parameter_some_ranks_do_not_use_gets_the_mean_gradient_as_under_ddp()
         assert "differ in size across ranks" in out["error"] and "optimizer_state='keep'" in out["error"]
     kept = run_ranks(partial(branchy_run, fanout="local", optimizer_state="keep"), 2, False)
     assert [out["records"] for out in kept] == [2, 2]
+
+
+class _Routed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)
+        self.experts = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
+
+    def forward(self, x, expert):
+        h = torch.tanh(self.a(x))
+        return self.b(h if expert is None else self.experts[expert](h))
+
+
+def routed_grads(rank, world, ddp):
+    """Each backward pass's gradients as the routing changes per step (no optimizer step, so every pass sees
+    the same weights): no rank uses an expert, then rank 0 alone uses expert 0, then each rank uses one."""
+    torch.manual_seed(0)
+    model = _Routed()
+    x = torch.full(
+        (2, 3), 1.0 + 0.1 * rank
+    )  # close inputs: no rank's norm is 3x another's (the clip's bound)
+    plan = [None, 0 if rank == 0 else None, rank]
+    forward = model
+    if ddp:
+        forward = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        scheduler = HDETOneCycleLR(opt, max_lr=0.01, total_steps=10, sync_every=5, seed=1)  # noqa: F841
+    grads = []
+    for expert in plan:
+        forward(x, expert).pow(2).mean().backward()
+        grads.append({n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()})
+        model.zero_grad(set_to_none=True)
+    return grads
+
+
+def test_an_expert_no_rank_used_at_first_is_shared_once_used_as_under_ddp():
+    # the shared gradient's parameters were those with a gradient on some rank at the first backward pass, so
+    # an expert of a routed model that no rank's first batch went to stayed out of it for the whole run (each
+    # rank stepped its own gradient); now which ranks have a gradient is gathered at every step
+    ddp, hdet = run_ranks(partial(routed_grads, ddp=True), 2), run_ranks(partial(routed_grads, ddp=False), 2)
+    for d_steps, h_steps in zip(ddp, hdet, strict=True):
+        for step, (d, h) in enumerate(zip(d_steps, h_steps, strict=True)):
+            for name, grad in d.items():
+                if grad is None:  # no rank used it at this step: None, as under DDP
+                    assert h[name] is None, (step, name)
+                else:
+                    assert torch.allclose(h[name], grad, rtol=1e-6, atol=1e-7), (step, name)
+    assert hdet[1][1]["experts.0.weight"] is not None  # rank 1 got rank 0's share of expert 0 at step 1
+    assert hdet[0][0]["experts.0.weight"] is None
 
 
 def sharded_construction(rank, world):
