@@ -57,12 +57,19 @@ def average_gradients(
     at this step: routing, layer drop) contributes zeros and is given the mean, as DistributedDataParallel
     with `find_unused_parameters` does; one no rank used at this step keeps `grad` None, as under DDP. Which
     ranks have a gradient rides in the norms' all-gather (8 bytes a parameter); only a rank that lacks one at
-    a step reads that to the host then (DDP reads its map of used parameters at every step).
+    a step reads that to the host then (DDP reads its map of used parameters at every step). A sparse
+    gradient (`nn.Embedding(sparse=True)`) is averaged as a dense one and given back sparse (the rows whose
+    mean is not zero), as DDP gives a sparse mean.
     """
     if not params:
         return None
     missing = [i for i, p in enumerate(params) if p.grad is None]
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    # a sparse gradient (an embedding's with sparse=True) is averaged dense and given back sparse
+    sparse = {i: p.grad.sparse_dim() for i, p in enumerate(params) if p.grad is not None and p.grad.is_sparse}
+    grads = [
+        torch.zeros_like(p) if p.grad is None else p.grad.to_dense() if p.grad.is_sparse else p.grad
+        for p in params
+    ]
     flats = converge.pack(grads)
     sq = torch.stack([f.double().pow(2).sum().to(flats[0].device) for f in flats]).sum()
     ok = torch.isfinite(sq)
@@ -91,6 +98,8 @@ def average_gradients(
         dist.all_reduce(f, op=dist.ReduceOp.SUM, group=group)
         flats[i] = f[:-1] / f[-1:]  # no finite rank: 0 / 0, not finite, as DDP's mean would be
     converge.unpack(flats, grads)
+    for i, dims in sparse.items():
+        params[i].grad = grads[i].to_sparse(dims)
     if missing:  # given the mean where some rank used it at this step; where none did, grad stays None
         used = gathered[:, 1:].amax(0)[missing].tolist()
         for i, anywhere in zip(missing, used, strict=True):

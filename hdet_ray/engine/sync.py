@@ -100,9 +100,17 @@ class WindowSync:
 
     def tensors(self, with_optimizer: bool) -> list[torch.Tensor]:
         """What converges, in packing order: parameters, float buffers, optionally the optimizer's tensors."""
-        return converge.state_tensors(
+        out = converge.state_tensors(
             self.params, self.options.model, self.optimizer if with_optimizer else None
         )
+        if any(t.is_sparse for t in out):  # every rank alike, before any collective of the sync
+            raise RuntimeError(
+                "HDETOneCycleLR(optimizer_state='average'): the optimizer keeps a sparse state tensor "
+                "(SGD's momentum buffer for a gradient from nn.Embedding(sparse=True)), which the sync "
+                "cannot average. Pass optimizer_state='keep', or use fanout='shared_grad' (the default, "
+                "whose replicas apply one gradient, so their optimizer states agree without averaging)."
+            )
+        return out
 
     def __call__(self, state: HDETState, assignment: Assignment) -> WindowRecord:
         average_opt = self.options.optimizer_state == "average"

@@ -403,6 +403,57 @@ def test_an_expert_no_rank_used_at_first_is_shared_once_used_as_under_ddp():
     assert hdet[0][0]["experts.0.weight"] is None
 
 
+def sparse_grads(rank, world, ddp, **options):
+    """The first backward's gradients of an embedding with sparse gradients (ranks touch different rows and
+    one shared row) and a linear head, under DDP or under HDET with `options`; under HDET, then 9 more
+    steps (or the error that stopped them)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.EmbeddingBag(50, 4, mode="sum", sparse=True), torch.nn.Linear(4, 2))
+    with torch.no_grad():  # rows alike, so no rank's norm is 3x another's (the shared gradient's clip)
+        model[0].weight.copy_(torch.linspace(0.1, 0.2, 200).view(50, 4))
+    x = torch.tensor([[rank, 10 + rank, 20]])
+    forward = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
+    if not ddp:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = HDETOneCycleLR(opt, max_lr=0.1, total_steps=10, sync_every=5, seed=1, **options)
+    out = {}
+    for step in range(1 if ddp else 10):
+        loss = forward(x).pow(2).mean()
+        loss.backward()
+        if step == 0:
+            g = model[0].weight.grad
+            out = {"sparse": g.is_sparse, "emb": g.to_dense(), "head": model[1].weight.grad.clone()}
+        if not ddp:
+            opt.step()
+            opt.zero_grad()
+            try:
+                scheduler.step(loss=loss)
+            except RuntimeError as e:
+                return {"error": str(e)}
+    if not ddp:
+        out["records"] = len(scheduler.records)
+    return out
+
+
+def test_a_sparse_embedding_gradient_gets_the_mean_and_stays_sparse_as_under_ddp():
+    # an nn.Embedding(sparse=True) stopped every rank at the first backward ("reshape is not implemented for
+    # sparse tensors" from the shared gradient's packing); now it is averaged dense and given back sparse
+    ddp = run_ranks(partial(sparse_grads, ddp=True), 2)
+    hdet = run_ranks(partial(sparse_grads, ddp=False), 2)
+    for d, h in zip(ddp, hdet, strict=True):
+        assert h["sparse"] and h["records"] == 2
+        assert torch.allclose(h["emb"], d["emb"], rtol=1e-6, atol=1e-7)
+        assert torch.allclose(h["head"], d["head"], rtol=1e-6, atol=1e-7)
+    assert torch.count_nonzero(hdet[1]["emb"][0]) > 0  # rank 1 got rank 0's row
+    # under `local` nothing is averaged per step, but OneCycle's momentum makes SGD keep a sparse momentum
+    # buffer, which the sync's optimizer_state="average" (local's default) cannot average: a clear error on
+    # every rank, where gloo's packing stopped them before; with optimizer_state="keep" the run goes on
+    stopped = run_ranks(partial(sparse_grads, ddp=False, fanout="local"), 2)
+    assert all("optimizer_state='keep'" in out["error"] for out in stopped)
+    kept = run_ranks(partial(sparse_grads, ddp=False, fanout="local", optimizer_state="keep"), 2)
+    assert [out["records"] for out in kept] == [2, 2]
+
+
 def sharded_construction(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
