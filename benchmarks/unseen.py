@@ -1,6 +1,6 @@
 """Unseen: the HDET defaults on model and data families no default was chosen on, in the issue's setting.
 
-    python -m benchmarks.unseen            # 23 workloads: 500 steps, 3 seeds (~3.5 hours, 2 cores)
+    python -m benchmarks.unseen            # 25 workloads: 500 steps, 3 seeds (~4 hours, 2 cores)
     python -m benchmarks.unseen --seeds 3 4   # more seeds (resumes; the oracle stays that of seeds 0 to 2)
     python -m benchmarks.unseen --quick    # softmax at 20 steps, 1 seed: checks that it runs
 
@@ -26,7 +26,9 @@ exponential link, so a step too long blows up fast; SGD + momentum), then the fi
 discriminative rates (two parameter groups, the body at a tenth of the head's rate: `max_lr` a list; AdamW),
 a bag-of-words text classifier on Zipf-distributed tokens (an `EmbeddingBag`: most embedding rows get no
 gradient at a step; Adam) and a top-1 mixture of four expert MLPs on the digits (an expert no input of a
-rank's batch went to has no gradient there; AdamW). The setting is the issue's: 500 steps,
+rank's batch went to has no gradient there; AdamW), then the fine-tune in two stages (the body frozen for the
+first fifth of the steps, then unfrozen; AdamW) and the tabular classifier at a batch of 256 a rank (SGD +
+momentum). The setting is the issue's: 500 steps,
 the README's three-line change with the defaults (its sync period at 500 steps is 25, the value the jobs
 pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload
 (`CENTRE`, a familiar default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0
@@ -70,6 +72,8 @@ CENTRE = {
     "finetune_groups": 1e-3,
     "bag_of_words": 3e-3,
     "experts": 3e-3,
+    "finetune_staged": 1e-3,
+    "tabular_wide": 0.1,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -29,7 +29,9 @@ encoder of the digits trained on the InfoNCE loss between two shifted, noisy vie
 and `counts` (a Poisson regression of counts through an exponential link; SGD + momentum), then
 `finetune_groups` (the fine-tune with the body at a tenth of the head's rate, two parameter groups; AdamW),
 `bag_of_words` (an `EmbeddingBag` classifier on Zipf-distributed tokens: sparse embedding gradients; Adam) and
-`experts` (a top-1 mixture of four expert MLPs on the digits; AdamW).
+`experts` (a top-1 mixture of four expert MLPs on the digits; AdamW), then `finetune_staged` (the fine-tune
+with its body frozen for the first fifth of the steps; AdamW) and `tabular_wide` (the tabular classifier at
+256 rows a rank; SGD + momentum).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -968,6 +970,35 @@ class FinetuneGroups(Finetune):
 
 
 @dataclass
+class FinetuneStaged(Finetune):
+    """The fine-tune above in two stages, as a user writes a linear probe then a full fine-tune: the
+    pretrained body frozen (`requires_grad` False, still in the optimizer) for the first `frozen_until` of
+    the steps, so only the new head trains, then unfrozen. DDP is told `find_unused_parameters` (its user
+    wraps the whole model, then freezes the body)."""
+
+    frozen_until: float = 0.2
+    name: str = field(default="finetune_staged", init=False)  # type: ignore[assignment]
+    ddp_unused: bool = field(default=True, init=False)
+
+    def at_step(self, model: nn.Module, step: int, steps: int) -> None:
+        """Before each step's forward pass: the body trains from `frozen_until` x `steps` on."""
+        trains = step >= self.frozen_until * steps
+        for p in list(model.parameters())[:-2]:  # all but the head's weight and bias
+            p.requires_grad_(trains)
+
+
+@dataclass
+class TabularWide(Tabular):
+    """The tabular classifier at a large batch: 256 rows a rank (1,024 a step on 4 ranks), drawn from 32,768
+    training rows, so the gradient's noise is an eighth of the tabular workload's and the best rate sits
+    nearer the edge of stability."""
+
+    train: int = 32768
+    batch_size: int = 256
+    name: str = field(default="tabular_wide", init=False)
+
+
+@dataclass
 class BagOfWords(_Synthetic):
     """Text classification from a bag of token embeddings: documents of 32 tokens from a 4,096-token
     vocabulary with Zipf frequencies (exponent 1.1), each of 6 classes over-using its own 64 topic tokens
@@ -1139,6 +1170,8 @@ TASKS = {
     "finetune_groups": (FinetuneGroups, {}, "adamw"),
     "bag_of_words": (BagOfWords, {}, "adam"),
     "experts": (DigitsExperts, {}, "adamw"),
+    "finetune_staged": (FinetuneStaged, {}, "adamw"),
+    "tabular_wide": (TabularWide, {}, "sgd"),
 }
 
 
@@ -1243,6 +1276,8 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     diverged = False
     try:
         for i in range(steps):
+            if hasattr(task, "at_step"):  # the user's own per-step change (a body unfrozen)
+                task.at_step(model, i, steps)
             loss = task.loss(net, next(batches))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

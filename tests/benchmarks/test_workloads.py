@@ -130,3 +130,15 @@ def test_an_expert_no_input_is_routed_to_gets_no_gradient_and_ddp_is_told():
     assert model.experts[0][0].weight.grad is not None
     assert all(e[0].weight.grad is None for e in model.experts[1:])
     assert task.ddp_unused
+
+
+def test_the_staged_fine_tune_trains_only_the_head_until_its_body_is_unfrozen(tmp_path, monkeypatch):
+    monkeypatch.setattr(workloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    task, _ = workloads.build("finetune_staged")
+    task.pretrain_steps = 20
+    model = task.model(0)
+    task.at_step(model, 0, 500)
+    assert [p.requires_grad for p in model.parameters()] == [False] * 4 + [True] * 2  # the head alone
+    task.at_step(model, 100, 500)  # 20% of the steps
+    assert all(p.requires_grad for p in model.parameters())
+    assert task.ddp_unused
