@@ -77,6 +77,7 @@ def windows(row: Mapping[str, Any], param: str = "lr") -> Iterator[Window]:
             opening=r.opening,
             hypergradient=math.nan if p.signal is None else p.signal,
             initial_loss=records[0].start_loss,
+            restart=r.restarted,
         )
 
 

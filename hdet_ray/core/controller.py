@@ -77,6 +77,9 @@ class Window:
     (the median over healthy replicas; NaN where not measured)."""
     initial_loss: float = math.nan
     """The run's starting loss: the first window's first-step loss, mean over replicas (NaN: not known)."""
+    restart: bool = False
+    """True when what trains changed in this window (parameters frozen or unfrozen, as a staged fine-tune
+    does): the evidence gathered about the hyperparameters before it was about another problem."""
 
     @property
     def replicas(self) -> int:
@@ -333,6 +336,8 @@ class Controller:
     def decide(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
         cfg = self.config
         state = replace(state, windows=state.windows + 1)
+        if window.restart:
+            state = self._restart(state)
         if not any(window.healthy) or (
             cfg.rollback_lone_survivor and window.replicas > 2 and sum(window.healthy) == 1
         ):
@@ -375,6 +380,11 @@ class Controller:
         self, state: ControllerState, window: Window
     ) -> tuple[ControllerState, dict[str, float], dict[str, float], str]:
         return state, dict(state.offsets), {}, "hold"
+
+    def _restart(self, state: ControllerState) -> ControllerState:
+        """What trains changed (`Window.restart`): the state kept about the old problem is dropped. This
+        controller keeps none; the evidence controller starts its pools afresh."""
+        return state
 
     # -- shared pieces -------------------------------------------------------------------------------
     def _rollback(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
@@ -952,6 +962,13 @@ class EvidenceController(Controller):
     def wants_hypergradient(self) -> bool:
         return self.config.signal == "hypergradient"  # type: ignore[attr-defined]
 
+    def _restart(self, state: ControllerState) -> ControllerState:
+        """The pools of evidence, the runs of moves, the first pool's verdict and the stall test's losses
+        start afresh: a rate that was too low for a head trained alone is not too low for the whole network
+        (the staged fine-tune of `benchmarks.unseen` climbed on the head's evidence and ended 3% behind).
+        The offset stays, and so does what the run has seen of the edge (`came_down`, `top_offset`)."""
+        return replace(state, evidence={}, streak={}, first_verdict={}, recent_loss=())
+
     def _move(self, state, window):
         cfg: EvidenceConfig = self.config  # type: ignore[assignment]
         n = window.replicas
@@ -1022,7 +1039,8 @@ class EvidenceController(Controller):
             {},
             dict(state.velocity),
         )
-        notes = []
+        notes = ["what trains changed (parameters frozen or unfrozen): the evidence starts afresh"]
+        notes = notes if window.restart else []
         for name, p in window.params.items():
             previous = last_base.get(name, math.nan)
             bias = (

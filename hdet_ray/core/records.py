@@ -49,6 +49,8 @@ class WindowRecord:
     note: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     """Filled by whoever runs the loop (validation metric, wall time)."""
+    restarted: bool = False
+    """What trains changed in this window (`Window.restart`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return _finite_or_none(asdict(self))
@@ -111,6 +113,7 @@ def draft_record(
             for name, p in window.params.items()
         },
         opening=window.opening,
+        restarted=window.restart,
     )
 
 

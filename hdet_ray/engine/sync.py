@@ -97,6 +97,8 @@ class WindowSync:
         self.peak_of, self.next_base_of = peak_of, next_base_of
         self.explore: list[HyperParam] = list(options.explore or ())
         self.codec = DecisionCodec([hp.name for hp in self.explore], replicas)
+        self.trainable: tuple[bool, ...] | None = None
+        """Which parameters required a gradient at the last sync (`Window.restart` when that changes)."""
 
     def tensors(self, with_optimizer: bool) -> list[torch.Tensor]:
         """What converges, in packing order: parameters, float buffers, optionally the optimizer's tensors."""
@@ -207,6 +209,10 @@ class WindowSync:
                 peak=self.peak_of(hp) if self.peak_of is not None else math.nan,
                 next_base=self.next_base_of(hp) if self.next_base_of is not None else math.nan,
             )
+        # what trains, as every rank has it (the shared gradient needs the same on every rank)
+        trainable = tuple(p.requires_grad for p in self.params)
+        restart = self.trainable is not None and trainable != self.trainable
+        self.trainable = trainable
         losses = tuple(s.mean_loss if (s.count and math.isfinite(s.mean_loss)) else math.nan for s in stats)
         slopes = [s.slope for s, ok in zip(stats, healthy, strict=True) if ok and math.isfinite(s.slope)]
         hyper = statistics.median_high(slopes) if slopes else math.nan
@@ -220,6 +226,7 @@ class WindowSync:
             opening=assignment.opening,
             hypergradient=hyper,
             initial_loss=state.health.initial_loss,
+            restart=restart,
         )
 
     def decide(self, state: HDETState, window: Window, record: WindowRecord) -> Decision:

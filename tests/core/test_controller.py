@@ -1142,3 +1142,26 @@ def test_every_scheduler_controller_and_health_setting_is_named_in_the_engine_do
         if f"`{f.name}`" not in text and f"`{f.name}=" not in text
     }
     assert not missing, f"docs/engine.md does not name {sorted(missing)}"
+
+
+def test_evidence_starts_afresh_when_what_trains_changes():
+    from dataclasses import replace
+
+    def measured(i, h, restart=False):
+        w = window([2.0] * 4, index=i, step=10 * (i + 1), base=1.0)
+        return replace(w, hypergradient=h, restart=restart)
+
+    # flat schedule, short every window: the 4th window moves and each agreeing window after it moves again
+    _, ds = run(make_controller("evidence"), [measured(i, 0.3) for i in range(6)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 4, 5]
+    # a body unfrozen in window 4 (`Window.restart`): the run of moves and its pool were about the head
+    # alone, so window 4 starts a new pool, which moves at its fourth window, from step_size again
+    state, ds = run(make_controller("evidence"), [measured(i, 0.3, restart=i == 4) for i in range(8)])
+    assert [i for i, d in enumerate(ds) if d.acted] == [3, 7]
+    assert ds[7].offsets["lr"] == pytest.approx(0.25) and "what trains changed" in ds[4].note
+    assert state.came_down == {"lr": False}  # what the run saw of the edge stays
+    # the other controllers keep no evidence: the flag changes nothing there
+    for name in ("paper", "slope"):
+        plain = run(make_controller(name), [measured(i, 0.3) for i in range(6)])[1]
+        flagged = run(make_controller(name), [measured(i, 0.3, restart=i == 4) for i in range(6)])[1]
+        assert [d.offsets for d in plain] == [d.offsets for d in flagged]

@@ -404,32 +404,36 @@ def test_an_expert_no_rank_used_at_first_is_shared_once_used_as_under_ddp():
 
 
 def unfrozen_grads(rank, world):
-    """A body frozen (requires_grad False, still in the optimizer) for 3 steps, then unfrozen, as a staged
-    fine-tune does: the body's gradient at the step after."""
+    """A body frozen (requires_grad False, still in the optimizer) for 6 steps, then unfrozen, as a staged
+    fine-tune does: the body's gradient at the step after, and which windows' records say what trains
+    changed."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     model[0].requires_grad_(False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = HDETOneCycleLR(opt, max_lr=0.1, total_steps=20, sync_every=5, seed=1)
     g = torch.Generator().manual_seed(rank)
-    for step in range(5):
-        if step == 3:
+    body = None
+    for step in range(15):
+        if step == 6:
             model[0].requires_grad_(True)
         x = torch.randn(8, 4, generator=g)
         loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
         opt.zero_grad()
         loss.backward()
-        body = model[0].weight.grad
+        body = model[0].weight.grad.clone() if step == 7 else body
         opt.step()
         scheduler.step(loss=loss)
-    return body
+    return {"body": body, "restarted": [r.restarted for r in scheduler.records]}
 
 
 def test_a_body_unfrozen_after_the_first_step_joins_the_shared_gradient():
     # the shared gradient's parameters were decided at the first backward pass, so a body frozen then and
     # unfrozen later kept each rank's own gradient for the rest of the run
-    body = run_ranks(unfrozen_grads, 2)
-    assert torch.equal(body[0], body[1]) and torch.count_nonzero(body[0]) > 0
+    out = run_ranks(unfrozen_grads, 2)
+    assert torch.equal(out[0]["body"], out[1]["body"]) and torch.count_nonzero(out[0]["body"]) > 0
+    # the window in which it was unfrozen tells the controller that what trains changed (`Window.restart`)
+    assert out[0]["restarted"] == out[1]["restarted"] == [False, True, False]
 
 
 def sparse_grads(rank, world, ddp, **options):
