@@ -34,6 +34,8 @@ from pathlib import Path
 _MAX_TEMP_DIR = 36
 _OBJECT_STORE_BYTES = 300 * 1024 * 1024  # the service's jobs pass tensors through collectives, not the store
 MIN_CPUS = 4
+START_ATTEMPTS = 3
+"""How many times `EmbeddedHead.start` starts a head that exits while it starts (within its deadline)."""
 
 
 def free_ports(count: int) -> list[int]:
@@ -145,7 +147,7 @@ class EmbeddedHead:
             cmd += [flag, str(port)]
         cmd += ["--num-cpus", str(self.num_cpus)]
         self.token  # noqa: B018  (creates the token file before the head reads it)
-        self._log = open(self.data_dir / "ray-head.log", "ab")  # noqa: SIM115  (open while the head runs)
+        self._log = log = open(self.data_dir / "ray-head.log", "ab")  # noqa: SIM115  (open while the head runs)
         # Ray gives its dashboard 60 s to come up and then ends the head; on a busy 2-CPU machine loading its
         # modules took longer (seen in CI). Waiting is this method's job: the head gets the same deadline.
         # On SIGTERM Ray drains the node for up to 30 s before it ends its processes (for a Kubernetes pod
@@ -156,34 +158,52 @@ class EmbeddedHead:
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
             **self.env(),
         }
-        self._proc = subprocess.Popen(
-            cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        info = HeadInfo(self._proc.pid, gcs_port, dash_port, str(temp_dir), self.num_cpus)
         deadline = time.monotonic() + timeout_s
-        while not self._ready(info):
-            if self._proc.poll() is not None:
-                raise RuntimeError(
-                    f"the embedded Ray head exited ({self._proc.returncode}); "
-                    f"see {self.data_dir / 'ray-head.log'}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the embedded Ray head did not come up in {timeout_s:.0f} s")
-            time.sleep(0.5)
-        self.info = info
-        self.info_file.write_text(json.dumps(asdict(info)))
-        return info
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._proc = subprocess.Popen(
+                cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            info = HeadInfo(self._proc.pid, gcs_port, dash_port, str(temp_dir), self.num_cpus)
+            while not self._ready(info):
+                if self._proc.poll() is not None:
+                    break
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"the embedded Ray head did not come up in {timeout_s:.0f} s")
+                time.sleep(0.5)
+            else:
+                self.info = info
+                self.info_file.write_text(json.dumps(asdict(info)))
+                return info
+            # `ray start` gives its raylet 30 s to register (not configurable) and exits if it has not: seen
+            # on a loaded 2-CPU machine, with the GCS and the dashboard already up. End what is left of that
+            # try (its process group) and start afresh, on new ports, while the deadline allows.
+            _signal_group(self._proc.pid, signal.SIGKILL)
+            log.write(f"\n[hdet] the Ray head exited ({self._proc.returncode}) while starting\n".encode())
+            log.flush()
+            if attempt == START_ATTEMPTS or time.monotonic() > deadline:
+                break
+            gcs_port, dash_port, *agent_ports = free_ports(2 + len(agent_flags))
+            ports = {"--port": gcs_port, "--dashboard-port": dash_port}
+            cmd = _with_ports(cmd, {**ports, **dict(zip(agent_flags, agent_ports, strict=True))})
+        code = self._proc.returncode
+        raise RuntimeError(
+            f"the embedded Ray head exited ({code}) while starting, {attempt} time(s); "
+            f"see {self.data_dir / 'ray-head.log'}"
+        )
 
     def _ready(self, info: HeadInfo) -> bool:
+        """The dashboard answers and lists this head's node as alive: the dashboard comes up before the
+        raylet has registered (about 1.5 s here), and a node that never registers ends `ray start`."""
         req = urllib.request.Request(
-            info.dashboard_url + "/api/version", headers={"Authorization": f"Bearer {self.token}"}
+            info.dashboard_url + "/api/v0/nodes", headers={"Authorization": f"Bearer {self.token}"}
         )
         try:
-            with urllib.request.urlopen(req, timeout=2) as r:
-                return r.status == 200
-        except (OSError, urllib.error.URLError):
+            with urllib.request.urlopen(req, timeout=5) as r:
+                nodes = json.loads(r.read())["data"]["result"]["result"]
+        except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
             return False
+        return any(node.get("state") == "ALIVE" for node in nodes)
 
     def _adopt(self) -> HeadInfo | None:
         try:
@@ -231,6 +251,15 @@ class EmbeddedHead:
             self._log.close()
         self._proc = None
         self.info = None
+
+
+def _with_ports(cmd: list[str], ports: dict[str, int]) -> list[str]:
+    """`cmd` with the value after each flag of `ports` replaced."""
+    out = list(cmd)
+    for i, arg in enumerate(cmd[:-1]):
+        if arg in ports:
+            out[i + 1] = str(ports[arg])
+    return out
 
 
 def _alive(pid: int) -> bool:
