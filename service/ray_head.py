@@ -112,25 +112,22 @@ class EmbeddedHead:
         if len(str(temp_dir)) > _MAX_TEMP_DIR:
             temp_dir = Path(tempfile.mkdtemp(prefix="hdet-ray-"))
         # Every port Ray would otherwise take at a fixed default too, so heads of other users can coexist.
-        agent_flags = (
+        port_flags = (
+            "--port",
+            "--dashboard-port",
             "--ray-client-server-port",
             "--dashboard-agent-listen-port",
             "--dashboard-agent-grpc-port",
             "--runtime-env-agent-port",
             "--metrics-export-port",
         )
-        gcs_port, dash_port, *agent_ports = free_ports(2 + len(agent_flags))
-        cmd = [
+        base_cmd = [
             sys.executable,
             "-m",
             "ray.scripts.scripts",
             "start",
             "--head",
             "--block",
-            "--port",
-            str(gcs_port),
-            "--dashboard-port",
-            str(dash_port),
             "--dashboard-host",
             "127.0.0.1",
             "--include-dashboard",
@@ -142,10 +139,9 @@ class EmbeddedHead:
             "127.0.0.1",
             "--object-store-memory",
             str(_OBJECT_STORE_BYTES),
+            "--num-cpus",
+            str(self.num_cpus),
         ]
-        for flag, port in zip(agent_flags, agent_ports, strict=True):
-            cmd += [flag, str(port)]
-        cmd += ["--num-cpus", str(self.num_cpus)]
         self.token  # noqa: B018  (creates the token file before the head reads it)
         self._log = log = open(self.data_dir / "ray-head.log", "ab")  # noqa: SIM115  (open while the head runs)
         # Ray gives its dashboard 60 s to come up and then ends the head; on a busy 2-CPU machine loading its
@@ -160,6 +156,11 @@ class EmbeddedHead:
         }
         deadline = time.monotonic() + timeout_s
         for attempt in range(1, START_ATTEMPTS + 1):
+            ports = free_ports(len(port_flags))  # each try on new ports
+            gcs_port, dash_port = ports[:2]
+            cmd = base_cmd + [
+                x for flag, port in zip(port_flags, ports, strict=True) for x in (flag, str(port))
+            ]
             self._proc = subprocess.Popen(
                 cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
             )
@@ -179,14 +180,11 @@ class EmbeddedHead:
             # on a loaded 2-CPU machine, with the GCS and the dashboard already up. End what is left of that
             # try (its process group) and start afresh, on new ports, while the deadline allows.
             _signal_group(self._proc.pid, signal.SIGKILL)
-            log.write(f"\n[hdet] the Ray head exited ({self._proc.returncode}) while starting\n".encode())
+            code = self._proc.returncode
+            log.write(f"\n[hdet] the Ray head exited ({code}) while starting, try {attempt}\n".encode())
             log.flush()
-            if attempt == START_ATTEMPTS or time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 break
-            gcs_port, dash_port, *agent_ports = free_ports(2 + len(agent_flags))
-            ports = {"--port": gcs_port, "--dashboard-port": dash_port}
-            cmd = _with_ports(cmd, {**ports, **dict(zip(agent_flags, agent_ports, strict=True))})
-        code = self._proc.returncode
         raise RuntimeError(
             f"the embedded Ray head exited ({code}) while starting, {attempt} time(s); "
             f"see {self.data_dir / 'ray-head.log'}"
@@ -251,15 +249,6 @@ class EmbeddedHead:
             self._log.close()
         self._proc = None
         self.info = None
-
-
-def _with_ports(cmd: list[str], ports: dict[str, int]) -> list[str]:
-    """`cmd` with the value after each flag of `ports` replaced."""
-    out = list(cmd)
-    for i, arg in enumerate(cmd[:-1]):
-        if arg in ports:
-            out[i + 1] = str(ports[arg])
-    return out
 
 
 def _alive(pid: int) -> bool:

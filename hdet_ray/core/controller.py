@@ -1039,8 +1039,9 @@ class EvidenceController(Controller):
             {},
             dict(state.velocity),
         )
-        notes = ["what trains changed (parameters frozen or unfrozen): the evidence starts afresh"]
-        notes = notes if window.restart else []
+        notes = [
+            "what trains changed (parameters frozen or unfrozen): the evidence starts afresh"
+        ] * window.restart
         for name, p in window.params.items():
             previous = last_base.get(name, math.nan)
             bias = (
