@@ -74,6 +74,9 @@ CENTRE = {
     "experts": 3e-3,
     "finetune_staged": 1e-3,
     "tabular_wide": 0.1,
+    "denoising": 3e-3,
+    "median": 0.1,
+    "surface": 2e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -31,7 +31,10 @@ and `counts` (a Poisson regression of counts through an exponential link; SGD + 
 `bag_of_words` (an `EmbeddingBag` classifier on Zipf-distributed tokens: sparse embedding gradients; Adam) and
 `experts` (a top-1 mixture of four expert MLPs on the digits; AdamW), then `finetune_staged` (the fine-tune
 with its body frozen for the first fifth of the steps; AdamW) and `tabular_wide` (the tabular classifier at
-256 rows a rank; SGD + momentum).
+256 rows a rank; SGD + momentum), then `denoising` (a diffusion model's noise-prediction loss on 8-D
+mixture data, a noise level per row: a loss noisy at every rate; AdamW), `median` (regression under
+heavy-tailed noise on the absolute error; SGD + momentum) and `surface` (a tanh MLP fitting a smooth 2-D
+surface full-batch with no noise at all; Adamax).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1091,6 +1094,142 @@ class DigitsExperts(Digits):
             return _TopOneExperts(64, self.width, self.experts, 10)
 
 
+def _hidden_layers(
+    inputs: int, width: int, depth: int, outputs: int, activation: type[nn.Module]
+) -> nn.Sequential:
+    """An MLP with `depth` hidden layers of `width`, each followed by `activation`."""
+    layers: list[nn.Module] = []
+    for size in (inputs, *[width] * (depth - 1)):
+        layers += [nn.Linear(size, width), activation()]
+    return nn.Sequential(*layers, nn.Linear(width, outputs))
+
+
+def _time_features(t: torch.Tensor, bands: int) -> torch.Tensor:
+    """A noise level t in [0, 1] (n, 1) as `bands` sines and cosines of doubling frequency (n, 2 bands)."""
+    angles = math.pi * t * 2.0 ** torch.arange(bands, dtype=t.dtype)
+    return torch.cat([angles.sin(), angles.cos()], dim=1)
+
+
+@dataclass
+class Denoising(_Synthetic):
+    """A diffusion model's training objective on 8-D data: points from a fixed mixture of 16 Gaussians
+    (means of sd 1.5, each component of sd 0.3, standardised); each training row gets its own noise level t,
+    uniform in [0, 1], and noise eps, drawn per rank and step, and the model (an MLP with three hidden SiLU
+    layers of 256, fed the noised point cos(pi t / 2) x + sin(pi t / 2) eps and 8 features of t) predicts eps
+    under MSE. Near t = 0 the noise is all but unpredictable, so the loss stays high and every batch's loss
+    is dominated by its draw of t: a window's loss is noisy at any rate. Metric the same loss on the held-out
+    points, each with 4 noise draws fixed once. No chance level is named."""
+
+    dim: int = 8
+    components: int = 16
+    width: int = 256
+    bands: int = 4
+    batch_size: int = 64
+    draws: int = 4
+    name: str = field(default="denoising", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        means = 1.5 * torch.randn(self.components, self.dim, generator=g)
+        pick = torch.randint(0, self.components, (n,), generator=g)
+        x = means[pick] + 0.3 * torch.randn(n, self.dim, generator=g)
+        x = (x - x.mean(0)) / x.std(0)
+        return x, x  # the target is drawn per batch (`_noised`)
+
+    def _noised(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the model's input: the noised points and t's features, the noise it should predict)."""
+        t = torch.rand(len(x), 1, generator=g)
+        eps = torch.randn(x.shape, generator=g)
+        noised = torch.cos(0.5 * math.pi * t) * x + torch.sin(0.5 * math.pi * t) * eps
+        return torch.cat([noised, _time_features(t, self.bands)], dim=1), eps
+
+    def batches(self, rank: int, replicas: int, seed: int):
+        g = torch.Generator().manual_seed(seed * 7919 + rank + 104_729)
+        for x, _ in super().batches(rank, replicas, seed):
+            yield self._noised(x, g)
+
+    def _validation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._data()[0][: self.validation].repeat(self.draws, 1)
+        return self._noised(x, torch.Generator().manual_seed(1))
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _hidden_layers(self.dim + 2 * self.bands, self.width, 3, self.dim, nn.SiLU)
+
+
+@dataclass
+class Median(_Synthetic):
+    """Robust regression under heavy-tailed noise: 16 Gaussian inputs, the target a fixed random tanh
+    network's output (unit sd) plus 0.5 x Student-t noise with 2 degrees of freedom (infinite variance: a
+    squared error would chase the outliers), trained on the absolute error (L1: the conditional median),
+    whose gradient has the same size for every row however far off it is; an MLP with two hidden ReLU
+    layers of 128. Metric the held-out mean absolute error against the noise-free target. No chance level
+    is named."""
+
+    width: int = 128
+    inputs: int = 16
+    noise: float = 0.5
+    name: str = field(default="median", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.l1_loss)
+
+    def _drawn(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(inputs, the noise-free target, the noisy target trained on)."""
+        g, n = self._draw()
+        x = torch.randn(n, self.inputs, generator=g)
+        truth = _teacher(x, 64, g)
+        truth = (truth - truth.mean()) / truth.std()
+        z, a, b = (torch.randn(truth.shape, generator=g) for _ in range(3))
+        student_t = z / ((a**2 + b**2) / 2.0).sqrt()  # 2 degrees of freedom
+        return x, truth, truth + self.noise * student_t
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, _, noisy = self._drawn()
+        return x, noisy
+
+    def _validation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, truth, _ = self._drawn()
+        return x[: self.validation], truth[: self.validation]
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _two_hidden(self.inputs, self.width, 1)
+
+
+@dataclass
+class Surface(_Synthetic):
+    """Fitting a smooth surface, full-batch and noise-free: 4,096 points uniform in the square [-1, 1]^2 to
+    train on and 1,024 held out, the target sin(3 pi u) cos(2 pi v) + 0.5 tanh(4 u v); a tanh MLP with
+    three hidden layers of 128; MSE. Every step reads the rank's whole share of the points and nothing is
+    random after the initial weights, so a replica's loss differs from another's only by its rate and its
+    share. Adamax (Adam under the infinity norm). Metric the held-out MSE. No chance level is named."""
+
+    train: int = 4096
+    width: int = 128
+    name: str = field(default="surface", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        x = 2.0 * torch.rand(n, 2, generator=g) - 1.0
+        u, v = x[:, :1], x[:, 1:]
+        return x, torch.sin(3 * math.pi * u) * torch.cos(2 * math.pi * v) + 0.5 * torch.tanh(4 * u * v)
+
+    def batches(self, rank: int, replicas: int, seed: int):
+        x, y = self._data()
+        x, y = x[self.validation :][rank::replicas], y[self.validation :][rank::replicas]
+        while True:  # full-batch: the rank's whole share every step
+            yield x, y
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _hidden_layers(2, self.width, 3, 1, nn.Tanh)
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -1100,7 +1239,7 @@ class Workload:
     (torch's defaults; OneCycle cycles NAdam's beta1, and RMSprop's momentum from 0.95 to 0.85 and back, as
     torch's `OneCycleLR` does for any optimizer with a `momentum` setting), 'nesterov' (SGD, Nesterov
     momentum 0.9, weight decay 5e-4), 'adagrad' (torch's defaults; no momentum to cycle, so both schedulers
-    get `cycle_momentum=False`) or 'radam' (torch's defaults; OneCycle cycles its beta1)."""
+    get `cycle_momentum=False`), 'radam' or 'adamax' (torch's defaults; OneCycle cycles their beta1)."""
     steps: int
     sync_every: int
 
@@ -1125,6 +1264,8 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
         return torch.optim.Adagrad(params, lr=lr)
     if kind == "radam":
         return torch.optim.RAdam(params, lr=lr)
+    if kind == "adamax":
+        return torch.optim.Adamax(params, lr=lr)
     if kind == "prodigy":
         from prodigyopt import Prodigy
 
@@ -1172,6 +1313,9 @@ TASKS = {
     "experts": (DigitsExperts, {}, "adamw"),
     "finetune_staged": (FinetuneStaged, {}, "adamw"),
     "tabular_wide": (TabularWide, {}, "sgd"),
+    "denoising": (Denoising, {}, "adamw"),
+    "median": (Median, {}, "sgd"),
+    "surface": (Surface, {}, "adamax"),
 }
 
 

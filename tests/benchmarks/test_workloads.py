@@ -18,7 +18,7 @@ def test_a_workload_builds_and_its_loss_and_metric_are_finite(name, tmp_path, mo
     loss = task.loss(model, next(task.batches(0, 4, 0))).detach()
     assert loss.dim() == 0 and math.isfinite(loss.item())
     assert math.isfinite(task.evaluate(model)[task.metric])
-    assert optimizer in {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam"}
+    assert optimizer in {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam", "adamax"}
     workloads.make_optimizer(optimizer, model.parameters(), 1e-3)
 
 
@@ -142,3 +142,32 @@ def test_the_staged_fine_tune_trains_only_the_head_until_its_body_is_unfrozen(tm
     task.at_step(model, 100, 500)  # 20% of the steps
     assert all(p.requires_grad for p in model.parameters())
     assert task.ddp_unused
+
+
+def test_the_denoising_rows_get_fresh_noise_every_step_and_the_held_out_noise_is_fixed():
+    task, _ = workloads.build("denoising")
+    batches = task.batches(0, 4, 0)
+    (first, eps), (second, _) = next(batches), next(batches)
+    assert first.shape == (task.batch_size, task.dim + 2 * task.bands) and eps.shape == (
+        task.batch_size,
+        task.dim,
+    )
+    assert not torch.equal(first[:, task.dim :], second[:, task.dim :])  # a new noise level per row and step
+    x, target = task._validation()
+    assert len(x) == task.draws * task.validation and torch.equal(task._validation()[1], target)
+
+
+def test_the_median_trains_on_heavy_tailed_targets_and_is_scored_against_the_noise_free_one():
+    task, _ = workloads.build("median")
+    _, truth, noisy = task._drawn()
+    assert (noisy - truth).abs().max() > 20 * task.noise  # a tail a squared error would chase
+    assert torch.equal(task._validation()[1], truth[: task.validation])
+    assert torch.equal(task._data()[1], noisy)
+
+
+def test_the_surface_is_fitted_full_batch_on_disjoint_shares_with_no_randomness():
+    task, _ = workloads.build("surface")
+    shares = [next(task.batches(rank, 4, 0))[0] for rank in range(4)]
+    assert sum(len(s) for s in shares) == task.train
+    assert torch.equal(next(task.batches(2, 4, 9))[0], shares[2])  # the same share every step, any seed
+    assert workloads.build("surface")[1] == "adamax"
