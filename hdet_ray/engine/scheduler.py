@@ -46,7 +46,9 @@ __all__ = ["FANOUT_MODES", "DecideFn", "HDETDivergedError", "HDETOneCycleLR"]
 
 class HDETDivergedError(RuntimeError):
     """Raised on every rank when the run rolled back more than `max_rollbacks` windows in a row, or when a
-    window without a healthy replica cannot roll back (`rollback='off'`) and no replica is finite."""
+    window without a healthy replica cannot roll back (`rollback='off'`) and no replica is finite. The failed
+    window is on `records` by then, and with a snapshot held (`rollback='memory'`) every rank's model is back
+    at the last kept state."""
 
     def __init__(self, window: int, step: int, note: str) -> None:
         super().__init__(f"HDET run diverged at window {window} (step {step}): {note}")

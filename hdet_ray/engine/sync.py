@@ -135,7 +135,14 @@ class WindowSync:
         decision = self.decide(state, window, record)
         complete_record(record, decision)
         if decision.diverged:
-            _diverged(state, decision.note)
+            # the failed window stays on the record, and every rank is left at the last kept state, not at
+            # its own failed weights: what a user who catches the error (or saves a checkpoint) holds
+            self._append(state, record)
+            note = decision.note
+            if self.snapshot.held:
+                self.snapshot.restore(self.tensors, self.optimizer)
+                note += "; the model is back at the last kept state"
+            _diverged(state, note)
         restored = decision.rollback and self.snapshot.held
         if restored:
             self.snapshot.restore(self.tensors, self.optimizer)
@@ -157,10 +164,13 @@ class WindowSync:
         )
         state.health.remember(window.losses, healthy, decision.rollback, restored)
         state.grad_scale.end_window(all(healthy) and not decision.rollback)
+        self._append(state, record)
+        return record
+
+    def _append(self, state: HDETState, record: WindowRecord) -> None:
         state.records.append(record)
         if self.rank == 0 and self.options.on_record is not None:
             self.options.on_record(record)
-        return record
 
     def gather(self, local: torch.Tensor) -> list[ReplicaStats]:
         if self.replicas > 1:

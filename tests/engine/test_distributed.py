@@ -621,6 +621,8 @@ def nan_and_rollback(rank, world, fanout, lone=False):
             sched.step(loss=loss.detach())
     except HDETDivergedError as e:
         out["diverged"] = (str(e), e.window)
+    out["after_diverged"] = torch.equal(_flat(model), snapshot)  # not the failed window's NaN weights
+    out["windows_recorded"] = [r.window for r in sched.records]
     return out
 
 
@@ -647,7 +649,9 @@ def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout, lo
         rise = o["record1"]["params"]["lr"]["base"] / o["record0"]["params"]["lr"]["base"]
         assert rise > 1.0 and o["offset_drop"] == pytest.approx(math.log(0.25 / rise))
         msg, window = o["diverged"]
-        assert window == 2 and "window 2" in msg
+        assert window == 2 and "window 2" in msg and "back at the last kept state" in msg
+        # the failed window is on the record, and every rank is left at the last kept state
+        assert o["windows_recorded"] == [0, 1, 2] and o["after_diverged"]
 
 
 def dies_over_two_windows(rank, world):
