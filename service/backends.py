@@ -132,9 +132,9 @@ class Submissions:
             except Exception as e:
                 failed(job_id, e)
                 return
-            with self.lock:
-                self._waiting.discard(job_id)
+            with self.lock:  # still waiting until `taken` has run: whoever polls `waiting` sees it end
                 taken(job_id)
+                self._waiting.discard(job_id)
         except Exception as e:  # the service is shutting down (its database or head gone): log, never raise
             log.warning("the background submission of %s ended: %s", job_id, e)
         finally:
