@@ -242,6 +242,13 @@ def _shuffled(
             yield x[idx], y[idx]
 
 
+def _whole_share(x: torch.Tensor, y: torch.Tensor, validation: int, rank: int, replicas: int):
+    """Full-batch: this rank's whole share of the training rows (after the first `validation`), every step."""
+    x, y = x[validation:][rank::replicas], y[validation:][rank::replicas]
+    while True:
+        yield x, y
+
+
 def _two_hidden(inputs: int, width: int, outputs: int, dropout: float = 0.0) -> nn.Sequential:
     """An MLP with two hidden ReLU layers of `width`, each followed by dropout if `dropout` > 0."""
     layers: list[nn.Module] = []
@@ -691,10 +698,7 @@ class Graph(_Synthetic):
         return labelled, y[labelled]
 
     def batches(self, rank: int, replicas: int, seed: int):
-        nodes, y = self._data()
-        nodes, y = nodes[self.validation :][rank::replicas], y[self.validation :][rank::replicas]
-        while True:  # full-batch: the rank's whole share every step
-            yield nodes, y
+        return _whole_share(*self._data(), self.validation, rank, replicas)
 
     def model(self, seed: int) -> nn.Module:
         x, adjacency, _ = self._graph()
@@ -1219,10 +1223,7 @@ class Surface(_Synthetic):
         return x, torch.sin(3 * math.pi * u) * torch.cos(2 * math.pi * v) + 0.5 * torch.tanh(4 * u * v)
 
     def batches(self, rank: int, replicas: int, seed: int):
-        x, y = self._data()
-        x, y = x[self.validation :][rank::replicas], y[self.validation :][rank::replicas]
-        while True:  # full-batch: the rank's whole share every step
-            yield x, y
+        return _whole_share(*self._data(), self.validation, rank, replicas)
 
     def model(self, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
