@@ -69,6 +69,19 @@ class HDETOptions:
     'off': keep nothing (such a window continues at the cut rate from its healthy replica, or where none is,
     from the mean of the replicas with finite parameters);
     None: 'memory' with several replicas, 'off' with one."""
+    rollback_warmup: int = 5
+    """Steps over which the rate comes back after a rollback that empties the optimizer's state (every
+    `optimizer_state` but 'average', whose snapshot holds it): the k-th step after it runs at k /
+    `rollback_warmup` of its rate. From an empty state an Adam-family optimizer's first steps move every
+    coordinate by about the full rate (its bias correction divides a gradient by its own size), much longer
+    than its steps at that rate had been, at a rate the rollback has just shown to be near the edge: the
+    surface fit of `benchmarks.unseen` (Adamax, full-batch) blew up again after every restore. Measured on
+    15 cells with rollbacks, 5 seeds, side by side with the defaults re-run on one machine (2026-12-06,
+    docs/benchmarks.md, "Rollback warm-up"): that fit at its best rate 2.24x -> 1.20x of the oracle and
+    from 10x too high 19.9x -> 4.5x; better on 6 cells, worse on 2 (a mixture of experts from 10x too high
+    1.24x -> 1.37x, an SGD LSTM 1.33x -> 1.37x), the SGD MLP's single-rollback runs at 20 and 60 windows
+    1.09x -> 1.17x and 1.23x -> 1.15x (seed to seed +-40%). 5 is the one length measured besides a whole
+    window (which let a rate still too high pass its window at a low start and fail after it). 0: none."""
     balanced: bool = False
     """Assign multipliers so that explored hyperparameters are uncorrelated across replicas."""
     hypergradient_span: int | None = None
@@ -106,6 +119,12 @@ class HDETOptions:
             _one_of("optimizer_state", self.optimizer_state, OPTIMIZER_STATE_POLICIES)
         if self.rollback is not None:
             _one_of("rollback", self.rollback, ROLLBACK_MODES)
+        if (
+            isinstance(self.rollback_warmup, bool)
+            or not isinstance(self.rollback_warmup, int)
+            or (self.rollback_warmup < 0)
+        ):
+            raise ValueError(f"rollback_warmup must be an integer >= 0, got {self.rollback_warmup!r}")
         if self.hypergradient_span is not None and (
             isinstance(self.hypergradient_span, bool)
             or not isinstance(self.hypergradient_span, int)

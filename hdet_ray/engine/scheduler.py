@@ -120,6 +120,7 @@ class HDETOneCycleLR(OneCycleLR):
         health: HealthConfig | None = None,
         optimizer_state: str | None = None,
         rollback: str | None = None,
+        rollback_warmup: int = 5,
         balanced: bool = False,
         hypergradient_span: int | None = None,
         opening_spread: float | None = None,
@@ -287,7 +288,10 @@ class HDETOneCycleLR(OneCycleLR):
         if not self._ready:
             return base
         self.state.base_now = cast(list[float], list(base))  # floats unless max_lr was given as tensors
-        return self._lr_values(base)
+        lrs = self._lr_values(base)
+        if self.state.warmup_left > 0:  # the rate's warm-up after a rollback: this step's share of it taken
+            self.state.warmup_left -= 1
+        return lrs
 
     def _lr_values(self, base: Sequence[Any]) -> list[Any]:
         lrs = list(base)
@@ -299,6 +303,10 @@ class HDETOneCycleLR(OneCycleLR):
                 continue
             for g in self._lr_groups[hp.name]:
                 lrs[g] = hp.value(base[g], offsets[hp.name], mine[hp.name])
+        left = self.state.warmup_left
+        if left > 0:  # after a rollback that emptied the optimizer's state (`rollback_warmup`)
+            share = (self.options.rollback_warmup - left + 1) / self.options.rollback_warmup
+            lrs = [lr * share for lr in lrs]
         return lrs
 
     def _write_values(self) -> None:

@@ -161,6 +161,9 @@ class HDETState:
     """Steps this scheduler has counted (a resumed plain OneCycleLR starts at its `last_epoch`)."""
     in_window: int = 0
     """Steps taken in the current window."""
+    warmup_left: int = 0
+    """Steps left of the rate's warm-up after a rollback that emptied the optimizer's state
+    (`HDETOptions.rollback_warmup`)."""
     records: list[WindowRecord] = field(default_factory=list)
     pending: dict[str, float] = field(default_factory=dict)
     """Metrics given to `annotate`, attached to the next window's record."""
@@ -175,6 +178,7 @@ class HDETState:
             "window": self.window,
             "steps_done": self.steps_done,
             "in_window": self.in_window,
+            "warmup_left": self.warmup_left,
             "loss": self.loss.state_dict(),
             "controller": self.controller.to_dict(),
             "records": [r.to_dict() for r in self.records],
@@ -187,6 +191,7 @@ class HDETState:
     def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
         self.window, self.in_window = int(state["window"]), int(state["in_window"])
         self.steps_done = int(state["steps_done"])
+        self.warmup_left = int(state.get("warmup_left", 0))  # absent from checkpoints written before it
         self.loss.load_state_dict(state["loss"], device)
         self.controller = ControllerState.from_dict(state["controller"])
         self.records = [WindowRecord.from_dict(r) for r in state["records"]]

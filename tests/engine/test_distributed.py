@@ -692,6 +692,38 @@ def test_a_dead_window_rolls_back_past_the_healthy_windows_it_died_over():
         assert not torch.equal(o["after2"], o["after1"])
 
 
+def rates_after_a_rollback(rank, world, warmup):
+    # scripted losses as above: window 4 is dead on every replica and rolls back; window 5 trains on
+    model, opt, sched = _short_run(rollback_warmup=warmup, optimizer_state="keep")
+    g = torch.Generator().manual_seed(rank)
+    windows = [([2.2, 2.0, 1.9, 1.8, 1.7], 0.0), ([1.6, 1.5, 1.5, 1.4, 1.4], 0.0)]
+    windows += [([1.95, 2.0, 2.05, 2.05, 2.05], 0.02)] + [([2.08] * 5, 0.002)] * 2 + [([1.3] * 5, 0.01)]
+    rates, emptied = [], []
+    for losses, per_rank in windows:
+        for step_loss in losses:
+            rates.append(opt.param_groups[0]["lr"])
+            x = torch.randn(16, 3, generator=g)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step(loss=torch.tensor(step_loss + per_rank * rank))
+        emptied.append(len(opt.state) == 0)
+    return {"rates": rates, "emptied": emptied, "rollback": [r.rollback for r in sched.records]}
+
+
+def test_the_rate_warms_up_again_after_a_rollback_empties_the_optimizer_state():
+    ramped, plain = run_ranks(rates_after_a_rollback, 4, 5), run_ranks(rates_after_a_rollback, 4, 0)
+    for a, b in zip(ramped, plain, strict=True):
+        assert a["rollback"] == b["rollback"] == [False, False, False, False, True, False]
+        assert a["emptied"][4] and not a["emptied"][5]
+        # up to the rollback the runs are the same; the window after it climbs back over its 5 steps
+        assert a["rates"][:25] == b["rates"][:25]
+        assert [x / y for x, y in zip(a["rates"][25:], b["rates"][25:], strict=True)] == pytest.approx(
+            [0.2, 0.4, 0.6, 0.8, 1.0]
+        )
+
+
 # -- a too-high rate: fixed OneCycle dies, HDET rolls back, cuts, and learns ---------------------------------
 DEAD_SPEC = {
     "task": "digits",
