@@ -654,20 +654,23 @@ def test_nan_replica_is_replaced_and_all_nan_rolls_back_then_diverges(fanout, lo
         assert o["windows_recorded"] == [0, 1, 2] and o["after_diverged"]
 
 
-def dies_over_two_windows(rank, world):
+DIES_OVER_TWO_WINDOWS = [  # (each step's loss, added per rank)
+    ([2.2, 2.0, 1.9, 1.8, 1.7], 0.0),  # learns from 2.2
+    ([1.6, 1.5, 1.5, 1.4, 1.4], 0.0),  # the run's best
+    ([1.95, 2.0, 2.05, 2.05, 2.05], 0.02),  # every replica passes, but it gave back over half
+    ([2.08] * 5, 0.002),  # every replica at one loss whatever its rate: dead...
+    ([2.08] * 5, 0.002),  # ...and still, a window later (`stuck_windows`): now it acts
+]
+
+
+def dies_over_two_windows(rank, world, then=(), **options):
     # the losses are scripted (health reads what `step(loss=...)` reports); the parameters train for real
-    model, opt, sched = _short_run()
+    model, opt, sched = _short_run(**options)
     g = torch.Generator().manual_seed(rank)
-    windows = [  # (each step's loss, added per rank)
-        ([2.2, 2.0, 1.9, 1.8, 1.7], 0.0),  # learns from 2.2
-        ([1.6, 1.5, 1.5, 1.4, 1.4], 0.0),  # the run's best
-        ([1.95, 2.0, 2.05, 2.05, 2.05], 0.02),  # every replica passes, but it gave back over half
-        ([2.08] * 5, 0.002),  # every replica at one loss whatever its rate: dead...
-        ([2.08] * 5, 0.002),  # ...and still, a window later (`stuck_windows`): now it acts
-    ]
-    out = {}
-    for w, (losses, per_rank) in enumerate(windows):
+    out = {"rates": [], "emptied": []}
+    for w, (losses, per_rank) in enumerate([*DIES_OVER_TWO_WINDOWS, *then]):
         for step_loss in losses:
+            out["rates"].append(opt.param_groups[0]["lr"])
             x = torch.randn(16, 3, generator=g)
             loss = model(x).pow(2).mean()
             opt.zero_grad()
@@ -675,6 +678,7 @@ def dies_over_two_windows(rank, world):
             opt.step()
             sched.step(loss=torch.tensor(step_loss + per_rank * rank))
         out[f"after{w}"] = _flat(model)
+        out["emptied"].append(len(opt.state) == 0)
     out["records"] = [r.to_dict() for r in sched.records]
     return out
 
@@ -693,29 +697,17 @@ def test_a_dead_window_rolls_back_past_the_healthy_windows_it_died_over():
 
 
 def rates_after_a_rollback(rank, world, warmup):
-    # scripted losses as above: window 4 is dead on every replica and rolls back; window 5 trains on
-    model, opt, sched = _short_run(rollback_warmup=warmup, optimizer_state="keep")
-    g = torch.Generator().manual_seed(rank)
-    windows = [([2.2, 2.0, 1.9, 1.8, 1.7], 0.0), ([1.6, 1.5, 1.5, 1.4, 1.4], 0.0)]
-    windows += [([1.95, 2.0, 2.05, 2.05, 2.05], 0.02)] + [([2.08] * 5, 0.002)] * 2 + [([1.3] * 5, 0.01)]
-    rates, emptied = [], []
-    for losses, per_rank in windows:
-        for step_loss in losses:
-            rates.append(opt.param_groups[0]["lr"])
-            x = torch.randn(16, 3, generator=g)
-            loss = model(x).pow(2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step(loss=torch.tensor(step_loss + per_rank * rank))
-        emptied.append(len(opt.state) == 0)
-    return {"rates": rates, "emptied": emptied, "rollback": [r.rollback for r in sched.records]}
+    # as above, and a window that trains after the rollback
+    return dies_over_two_windows(
+        rank, world, [([1.3] * 5, 0.01)], rollback_warmup=warmup, optimizer_state="keep"
+    )
 
 
 def test_the_rate_warms_up_again_after_a_rollback_empties_the_optimizer_state():
     ramped, plain = run_ranks(rates_after_a_rollback, 4, 5), run_ranks(rates_after_a_rollback, 4, 0)
     for a, b in zip(ramped, plain, strict=True):
-        assert a["rollback"] == b["rollback"] == [False, False, False, False, True, False]
+        rollbacks = [r["rollback"] for r in a["records"]]
+        assert rollbacks == [r["rollback"] for r in b["records"]] == [False, False, False, False, True, False]
         assert a["emptied"][4] and not a["emptied"][5]
         # up to the rollback the runs are the same; the window after it climbs back over its 5 steps
         assert a["rates"][:25] == b["rates"][:25]
