@@ -71,17 +71,20 @@ class HDETOptions:
     None: 'memory' with several replicas, 'off' with one."""
     rollback_warmup: int = 5
     """Steps over which the rate comes back after a rollback that empties the optimizer's state (every
-    `optimizer_state` but 'average', whose snapshot holds it): the k-th step after it runs at k /
-    `rollback_warmup` of its rate. From an empty state an Adam-family optimizer's first steps move every
-    coordinate by about the full rate (its bias correction divides a gradient by its own size), much longer
-    than its steps at that rate had been, at a rate the rollback has just shown to be near the edge: the
-    surface fit of `benchmarks.unseen` (Adamax, full-batch) blew up again after every restore. Measured on
-    15 cells with rollbacks, 5 seeds, side by side with the defaults re-run on one machine (2026-12-06,
-    docs/benchmarks.md, "Rollback warm-up"): that fit at its best rate 2.24x -> 1.20x of the oracle and
-    from 10x too high 19.9x -> 4.5x; better on 6 cells, worse on 2 (a mixture of experts from 10x too high
-    1.24x -> 1.37x, an SGD LSTM 1.33x -> 1.37x), the SGD MLP's single-rollback runs at 20 and 60 windows
-    1.09x -> 1.17x and 1.23x -> 1.15x (seed to seed +-40%). 5 is the one length measured besides a whole
-    window (which let a rate still too high pass its window at a low start and fail after it). 0: none."""
+    `optimizer_state` but 'average', whose snapshot holds it), under every optimizer but `torch.optim.SGD`:
+    the k-th step after it runs at k / `rollback_warmup` of its rate. From an empty state an Adam-family
+    optimizer (and RMSprop, Adagrad) moves every coordinate by about the full rate at once (it divides a
+    gradient by its own size), far longer than its steps had been, at a rate the rollback has just shown
+    to be near the edge: the surface fit of `benchmarks.unseen` (Adamax, full-batch) blew up again after
+    every restore. SGD's emptied momentum buffer restarts with steps 1 - momentum of its steady ones, its
+    own warm-up, and a ramp on top let a rate still too high pass the window after the rollback and fail
+    later (the issue's SGD MLP from 10x too high on 2 processes, 10 seeds: 2.17x -> 3.70x of the oracle).
+    Measured side by side on this project's machine (2026-12-06, docs/benchmarks.md, "A five-step
+    warm-up after a rollback"): the surface fit at its best rate 2.24x -> 1.20x of the oracle, from 10x
+    too high 19.9x -> 4.5x; from 10x too high an autoencoder 1.85x -> 1.67x, a factorization under Adagrad
+    1.25x -> 1.19x, a NAdam MLP 2.29x -> 2.16x; worse: a mixture of experts 1.24x -> 1.37x and the held-out
+    AdamW MLP 1.36x -> 1.71x (3 seeds; per seed 0.83x to 1.56x of its runs without). 5 is the one length
+    measured besides a whole window. 0: none."""
     balanced: bool = False
     """Assign multipliers so that explored hyperparameters are uncorrelated across replicas."""
     hypergradient_span: int | None = None

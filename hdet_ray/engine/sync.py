@@ -159,7 +159,9 @@ class WindowSync:
                 state.health.keep(window.losses)
             if self.options.optimizer_state == "reset" or (decision.rollback and not average_opt):
                 self.optimizer.state.clear()
-        if decision.rollback and not average_opt:  # the optimizer's state is empty: warm the rate up again
+        if decision.rollback and not average_opt and not isinstance(self.optimizer, torch.optim.SGD):
+            # the optimizer's state is empty: warm the rate up again (SGD's empty momentum buffer already
+            # restarts with short steps: `HDETOptions.rollback_warmup`)
             state.warmup_left = self.options.rollback_warmup
         state.controller = replace(
             state.controller, offsets=dict(decision.offsets), widths=dict(decision.widths)

@@ -562,10 +562,13 @@ def test_a_script_that_never_passes_the_loss_is_told_once(pass_loss):
 
 
 # -- non-finite replicas, rollback, divergence ---------------------------------------------------------------
-def _short_run(**options):
-    """A model, SGD and a 40-step HDET schedule that syncs every 5 steps (log spread 2)."""
+def _short_run(adam=False, **options):
+    """A model, SGD (or Adam) and a 40-step HDET schedule that syncs every 5 steps (log spread 2)."""
     model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if adam:
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sched = HDETOneCycleLR(
         opt,
         max_lr=0.05,
@@ -696,24 +699,25 @@ def test_a_dead_window_rolls_back_past_the_healthy_windows_it_died_over():
         assert not torch.equal(o["after2"], o["after1"])
 
 
-def rates_after_a_rollback(rank, world, warmup):
+def rates_after_a_rollback(rank, world, warmup, adam):
     # as above, and a window that trains after the rollback
-    return dies_over_two_windows(
-        rank, world, [([1.3] * 5, 0.01)], rollback_warmup=warmup, optimizer_state="keep"
-    )
+    then = [([1.3] * 5, 0.01)]
+    return dies_over_two_windows(rank, world, then, adam=adam, rollback_warmup=warmup, optimizer_state="keep")
 
 
-def test_the_rate_warms_up_again_after_a_rollback_empties_the_optimizer_state():
-    ramped, plain = run_ranks(rates_after_a_rollback, 4, 5), run_ranks(rates_after_a_rollback, 4, 0)
+@pytest.mark.parametrize("adam", [True, False])
+def test_the_rate_warms_up_again_after_a_rollback_empties_an_adam_state(adam):
+    ramped = run_ranks(rates_after_a_rollback, 4, 5, adam)
+    plain = run_ranks(rates_after_a_rollback, 4, 0, adam)
     for a, b in zip(ramped, plain, strict=True):
         rollbacks = [r["rollback"] for r in a["records"]]
         assert rollbacks == [r["rollback"] for r in b["records"]] == [False, False, False, False, True, False]
         assert a["emptied"][4] and not a["emptied"][5]
-        # up to the rollback the runs are the same; the window after it climbs back over its 5 steps
+        # up to the rollback the runs are the same; under Adam the window after it climbs back over its 5
+        # steps; SGD's emptied momentum restarts with short steps of its own, and the rate is not ramped
         assert a["rates"][:25] == b["rates"][:25]
-        assert [x / y for x, y in zip(a["rates"][25:], b["rates"][25:], strict=True)] == pytest.approx(
-            [0.2, 0.4, 0.6, 0.8, 1.0]
-        )
+        ratios = [x / y for x, y in zip(a["rates"][25:], b["rates"][25:], strict=True)]
+        assert ratios == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0] if adam else [1.0] * 5)
 
 
 # -- a too-high rate: fixed OneCycle dies, HDET rolls back, cuts, and learns ---------------------------------
