@@ -83,8 +83,10 @@ class HDETOptions:
     warm-up after a rollback"): the surface fit at its best rate 2.24x -> 1.20x of the oracle, from 10x
     too high 19.9x -> 4.5x; from 10x too high an autoencoder 1.85x -> 1.67x, a factorization under Adagrad
     1.25x -> 1.19x, a NAdam MLP 2.29x -> 2.16x; worse: a mixture of experts 1.24x -> 1.37x and the held-out
-    AdamW MLP 1.36x -> 1.71x (3 seeds; per seed 0.83x to 1.56x of its runs without). 5 is the one length
-    measured besides a whole window. 0: none."""
+    AdamW MLP 1.36x -> 1.71x (3 seeds; per seed 0.83x to 1.56x of its runs without). 10 steps took the
+    surface fit from 10x too high to 1.04x but cost the other cells it changes 4.7% (the bag of words,
+    the AdamW MLPs: a longer warm-up lets a cut rate still too high pass the window after the rollback);
+    2 did worse on the surface fit. 0: none."""
     balanced: bool = False
     """Assign multipliers so that explored hyperparameters are uncorrelated across replicas."""
     hypergradient_span: int | None = None
