@@ -159,9 +159,10 @@ class WindowSync:
                 state.health.keep(window.losses)
             if self.options.optimizer_state == "reset" or (decision.rollback and not average_opt):
                 self.optimizer.state.clear()
-        if decision.rollback and not average_opt and not isinstance(self.optimizer, torch.optim.SGD):
-            # the optimizer's state is empty: warm the rate up again (SGD's empty momentum buffer already
-            # restarts with short steps: `HDETOptions.rollback_warmup`)
+        if decision.rollback and not self.optimizer.state and not isinstance(self.optimizer, torch.optim.SGD):
+            # the rollback left the optimizer's state empty (a restore without it, or the clear above): warm
+            # the rate up again (SGD's empty momentum buffer already restarts with short steps:
+            # `HDETOptions.rollback_warmup`)
             state.warmup_left = self.options.rollback_warmup
         state.controller = replace(
             state.controller, offsets=dict(decision.offsets), widths=dict(decision.widths)
