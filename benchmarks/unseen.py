@@ -28,7 +28,10 @@ a bag-of-words text classifier on Zipf-distributed tokens (an `EmbeddingBag`: mo
 gradient at a step; Adam) and a top-1 mixture of four expert MLPs on the digits (an expert no input of a
 rank's batch went to has no gradient there; AdamW), then the fine-tune in two stages (the body frozen for the
 first fifth of the steps, then unfrozen; AdamW) and the tabular classifier at a batch of 256 a rank (SGD +
-momentum). The setting is the issue's: 500 steps,
+momentum), then a diffusion model's denoising loss (AdamW), a median regression on heavy-tailed noise (SGD +
+momentum) and a noise-free full-batch surface fit (Adamax), then a variational autoencoder on the digits
+(a reparameterised sample in every loss; Adam) and a physics-informed network whose loss holds the network's
+second derivative (random collocation points; Adam). The setting is the issue's: 500 steps,
 the README's three-line change with the defaults (its sync period at 500 steps is 25, the value the jobs
 pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload
 (`CENTRE`, a familiar default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0
@@ -77,6 +80,8 @@ CENTRE = {
     "denoising": 3e-3,
     "median": 0.1,
     "surface": 2e-3,
+    "vae": 1e-3,
+    "poisson": 1e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -34,7 +34,10 @@ with its body frozen for the first fifth of the steps; AdamW) and `tabular_wide`
 256 rows a rank; SGD + momentum), then `denoising` (a diffusion model's noise-prediction loss on 8-D
 mixture data, a noise level per row: a loss noisy at every rate; AdamW), `median` (regression under
 heavy-tailed noise on the absolute error; SGD + momentum) and `surface` (a tanh MLP fitting a smooth 2-D
-surface full-batch with no noise at all; Adamax).
+surface full-batch with no noise at all; Adamax), then `vae` (a variational autoencoder on the digits: the
+negative ELBO with a reparameterised sample drawn per rank and step; Adam) and `poisson` (a physics-informed
+network solving u'' = f on [0, 1], whose loss differentiates the network twice inside the forward pass, at
+random collocation points; Adam).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1231,6 +1234,113 @@ class Surface(_Synthetic):
             return _hidden_layers(2, self.width, 3, 1, nn.Tanh)
 
 
+class _VAE(nn.Module):
+    """Encoder 64 -> hidden -> (mean, log variance) of a `code`-D Gaussian; decoder code -> hidden -> 64 pixel
+    logits. `forward(x, eps)` takes the reparameterisation's noise from the caller (its rank's generator)."""
+
+    def __init__(self, pixels: int, hidden: int, code: int) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(pixels, hidden), nn.SiLU(), nn.Linear(hidden, 2 * code))
+        self.decoder = nn.Sequential(nn.Linear(code, hidden), nn.SiLU(), nn.Linear(hidden, pixels))
+
+    def forward(self, x: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        mean, log_var = self.encoder(x).chunk(2, dim=1)
+        return self.decoder(mean + torch.exp(0.5 * log_var) * eps), mean, log_var
+
+
+def _negative_elbo(out: tuple[torch.Tensor, torch.Tensor, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """Per image: the pixels' Bernoulli cross-entropy (summed) plus the code's KL divergence from N(0, I)."""
+    logits, mean, log_var = out
+    recon = nn.functional.binary_cross_entropy_with_logits(logits, x, reduction="none").sum(1)
+    kl = -0.5 * (1.0 + log_var - mean.pow(2) - log_var.exp()).sum(1)
+    return (recon + kl).mean()
+
+
+@dataclass
+class DigitsVAE(Digits):
+    """A variational autoencoder on the 8x8 digits (pixels in [0, 1] as Bernoulli means; an 8-D Gaussian code,
+    hidden layers of 128, SiLU): the negative ELBO, whose reparameterised sample makes every step's loss and
+    gradient noisy beyond the batch's draw, and whose log variance is an exponent that a step too long blows
+    up. The noise is drawn per rank and step from the rank's own generator. Metric: the held-out negative
+    ELBO (each image with 4 noise draws fixed once) less the pixels' own entropy, a constant the model cannot
+    reduce, so that ratios compare what it can. No chance level is named."""
+
+    hidden: int = 128
+    code: int = 8
+    draws: int = 4
+    name: str = field(default="digits_vae", init=False)
+    chance_loss: float | None = field(default=None, init=False)  # type: ignore[assignment]
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _VAE(64, self.hidden, self.code)
+
+    def batches(self, rank: int, replicas: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed * 7919 + rank + 15_485_863)
+        for x, _ in super().batches(rank, replicas, seed):
+            yield x, torch.randn(len(x), self.code, generator=g)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, eps = batch
+        return _negative_elbo(model(x, eps), x)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x = _digits()[0][: self.validation].repeat(self.draws, 1)
+        eps = torch.randn(len(x), self.code, generator=torch.Generator().manual_seed(1))
+        entropy = nn.functional.binary_cross_entropy(x, x, reduction="none").sum(1).mean()
+        return {"val_loss": float(_negative_elbo(model(x, eps), x) - entropy)}
+
+
+@dataclass
+class Poisson(Task):
+    """A physics-informed network: u'' = f on [0, 1] with u(0) = u(1) = 0, whose solution is
+    u(x) = sin(3 pi x) exp(-x) (f its second derivative). The loss is the mean squared residual of u'' - f at
+    64 collocation points a rank draws uniformly at each step, plus the squared boundary values; u'' comes
+    from two `torch.autograd.grad` calls with `create_graph=True` inside the loss, so the backward pass runs
+    through a derivative of the network (a tanh MLP, three hidden layers of 64). Metric: the MSE of u against
+    the solution on 1,024 evenly spaced points. Adam. No chance level is named."""
+
+    width: int = 64
+    points: int = 64
+    name: str = field(default="poisson", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    @staticmethod
+    def solution(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(3 * math.pi * x) * torch.exp(-x)
+
+    @staticmethod
+    def source(x: torch.Tensor) -> torch.Tensor:
+        """f = u'' for the solution above."""
+        k = 3 * math.pi
+        return torch.exp(-x) * ((1 - k * k) * torch.sin(k * x) - 2 * k * torch.cos(k * x))
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _hidden_layers(1, self.width, 3, 1, nn.Tanh)
+
+    def batches(self, rank: int, replicas: int, seed: int) -> Iterator[torch.Tensor]:
+        g = torch.Generator().manual_seed(seed * 7919 + rank)
+        while True:
+            yield torch.rand(self.points, 1, generator=g)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x = batch.clone().requires_grad_(True)
+        u = model(x)
+        (du,) = torch.autograd.grad(u.sum(), x, create_graph=True)
+        (d2u,) = torch.autograd.grad(du.sum(), x, create_graph=True)
+        boundary = model(torch.tensor([[0.0], [1.0]]))
+        return (d2u - self.source(x)).pow(2).mean() + boundary.pow(2).mean()
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x = torch.linspace(0.0, 1.0, 1024).unsqueeze(1)
+        return {"val_loss": float(nn.functional.mse_loss(model(x), self.solution(x)))}
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -1317,6 +1427,8 @@ TASKS = {
     "denoising": (Denoising, {}, "adamw"),
     "median": (Median, {}, "sgd"),
     "surface": (Surface, {}, "adamax"),
+    "vae": (DigitsVAE, {}, "adam"),
+    "poisson": (Poisson, {}, "adam"),
 }
 
 

@@ -171,3 +171,36 @@ def test_the_surface_is_fitted_full_batch_on_disjoint_shares_with_no_randomness(
     assert sum(len(s) for s in shares) == task.train
     assert torch.equal(next(task.batches(2, 4, 9))[0], shares[2])  # the same share every step, any seed
     assert workloads.build("surface")[1] == "adamax"
+
+
+def test_the_vae_draws_its_noise_per_rank_and_step_and_its_metric_leaves_out_the_pixels_entropy():
+    task, _ = workloads.build("vae")
+    batches = task.batches(0, 4, 0)
+    (x, first), (_, second) = next(batches), next(batches)
+    assert first.shape == (len(x), task.code) and not torch.equal(first, second)
+    assert not torch.equal(next(task.batches(1, 4, 0))[1], first)  # each rank its own noise
+    model = task.model(0)
+    assert task.evaluate(model)["val_loss"] == task.evaluate(model)["val_loss"]  # held-out noise fixed once
+    # a perfect reconstruction of the held-out images with a code at the prior scores only their KL: the
+    # pixels' own entropy, which no model can remove, is not in the metric
+    images = workloads._digits()[0][: task.validation].repeat(task.draws, 1)
+    logits = torch.logit(images.clamp(1e-6, 1 - 1e-6))
+    zeros = torch.zeros(len(images), task.code)
+    entropy = torch.nn.functional.binary_cross_entropy(images, images, reduction="none").sum(1).mean()
+    assert workloads._negative_elbo((logits, zeros, zeros), images) == pytest.approx(float(entropy), abs=1e-3)
+    assert task.chance_loss is None
+
+
+def test_the_poisson_loss_is_zero_at_its_solution_and_backpropagates_through_a_second_derivative():
+    task, _ = workloads.build("poisson")
+
+    class Exact(torch.nn.Module):
+        def forward(self, x):
+            return task.solution(x)
+
+    points = next(task.batches(0, 4, 0))
+    assert task.loss(Exact(), points).item() == pytest.approx(0.0, abs=1e-6)
+    model = task.model(0)
+    task.loss(model, points).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert not torch.equal(next(task.batches(0, 4, 0)), next(task.batches(1, 4, 0)))  # a rank's own points
