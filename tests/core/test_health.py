@@ -118,6 +118,27 @@ def test_a_network_back_at_its_first_window_loss_is_dead_without_chance_loss():
     assert assess(first, cfg)[0] == [True] * 4
 
 
+def test_a_start_below_the_first_loss_on_a_run_that_has_not_moved_is_a_draw_not_learning():
+    # benchmarks.unseen's physics-informed network from 10x too low, seed 1: a step's loss varies 15% with
+    # its collocation points; window 1 started at 1468 (the first window's start: 1732) while window 0's
+    # median was 1787, and its replicas, still at 1763 to 1802, were all "back at chance" and rolled back
+    cfg = HealthConfig()
+    flat = [stats(m, first=1468.4, tail=m) for m in (1802.3, 1763.3, 1765.6, 1783.0)]
+    memory = dict(previous=1787.2, best=1787.2, initial=1732.2)
+    assert assess(flat, cfg, **memory) == ([True] * 4, {})
+    healthy, reasons = assess(flat, HealthConfig(start_needs_progress=False), **memory)
+    assert healthy == [False] * 4 and all("chance" in r for r in reasons.values())  # the old verdict
+    # a run whose window median has moved below its first loss, or that has had a blow-up, keeps the start
+    # as evidence: the digits MLP from 10x too high learned in window 0 (median 2.25, start of window 1
+    # 1.98 against 2.30) and died in window 1, the rollback that rescues it
+    died = [stats(m, first=1.98, tail=m) for m in (2.4, 2.35, 2.5, 2.6)]
+    assert assess(died, cfg, previous=2.2475, best=2.2475, initial=2.30)[0] == [False] * 4
+    assert assess(flat, cfg, **memory, blown=True)[0] == [False] * 4
+    # a chance level the user named keeps the start as evidence, as it keeps a replica's lowest batch
+    named = HealthConfig(chance_loss=1732.2)
+    assert assess(flat, named, **memory)[0] == [False] * 4
+
+
 def test_one_replica_that_learned_is_enough_to_call_a_stuck_window_dead():
     # the digits MLP from 10x too high on 2 processes, seed 3: one replica reached 1.93 (the start: 2.31)
     # while the other sat at 2.64, so every median of the run stayed above 2.08; then both replicas sat at
