@@ -37,7 +37,8 @@ heavy-tailed noise on the absolute error; SGD + momentum) and `surface` (a tanh 
 surface full-batch with no noise at all; Adamax), then `vae` (a variational autoencoder on the digits: the
 negative ELBO with a reparameterised sample drawn per rank and step; Adam) and `poisson` (a physics-informed
 network solving u'' = f on [0, 1], whose loss differentiates the network twice inside the forward pass, at
-random collocation points; Adam).
+random collocation points; Adam), and `accumulated` (the digits MLP under SGD + momentum at micro-batches of
+8, four accumulated per optimizer step; `_accumulated`).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -51,6 +52,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -1294,6 +1296,19 @@ class DigitsVAE(Digits):
 
 
 @dataclass
+class DigitsAccumulated(Digits):
+    """The digits MLP (SGD + momentum, the quality benchmark's `mlp`) trained the way a user short of memory
+    trains it: micro-batches of 8 images, the gradients of 4 accumulated before each optimizer step (the
+    effective batch of 32 the `mlp` workload takes at once), under DDP held in `no_sync()` for the first
+    three. The scheduler sees one step per optimizer step, and the loss passed to it is the micro-batches'
+    mean; `shared_grad` averages after every backward pass, four times a step."""
+
+    batch_size: int = 8
+    accumulate: int = 4
+    name: str = field(default="digits_accumulated", init=False)
+
+
+@dataclass
 class Poisson(Task):
     """A physics-informed network: u'' = f on [0, 1] with u(0) = u(1) = 0, whose solution is
     u(x) = sin(3 pi x) exp(-x) (f its second derivative). The loss is the mean squared residual of u'' - f at
@@ -1429,6 +1444,7 @@ TASKS = {
     "surface": (Surface, {}, "adamax"),
     "vae": (DigitsVAE, {}, "adam"),
     "poisson": (Poisson, {}, "adam"),
+    "accumulated": (DigitsAccumulated, {}, "sgd"),
 }
 
 
@@ -1535,9 +1551,8 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         for i in range(steps):
             if hasattr(task, "at_step"):  # the user's own per-step change (a body unfrozen)
                 task.at_step(model, i, steps)
-            loss = task.loss(net, next(batches))
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = _accumulated(task, net, batches)
             if clip:  # the user's gradient clip, between backward() and step()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
@@ -1573,6 +1588,26 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         if job.get("replica_validation"):
             out["replica_validation"] = replica_val
     return out
+
+
+def _accumulated(task: Task, net: nn.Module, batches: Iterator[Any]) -> torch.Tensor:
+    """One optimizer step's backward passes, as its user writes them: `task.accumulate` micro-batches (1 if
+    the task names none), each loss divided by their number and its gradient accumulated; a DDP `net` is held
+    in `no_sync()` for all but the last, whose backward pass all-reduces the sum. Returns the step's loss,
+    the micro-batches' mean (detached where there were several)."""
+    micro = int(getattr(task, "accumulate", 1))
+    if micro == 1:
+        loss = task.loss(net, next(batches))
+        loss.backward()
+        return loss
+    total = torch.zeros(())
+    for k in range(micro):
+        quiet = net.no_sync() if isinstance(net, DistributedDataParallel) and k < micro - 1 else nullcontext()
+        with quiet:
+            part = task.loss(net, next(batches)) / micro
+            part.backward()
+        total += part.detach()
+    return total
 
 
 def _replica_validation(task: Task, model: nn.Module, multiplier: float, world: int) -> list[list[float]]:

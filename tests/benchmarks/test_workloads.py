@@ -204,3 +204,18 @@ def test_the_poisson_loss_is_zero_at_its_solution_and_backpropagates_through_a_s
     task.loss(model, points).backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     assert not torch.equal(next(task.batches(0, 4, 0)), next(task.batches(1, 4, 0)))  # a rank's own points
+
+
+def test_an_accumulating_step_applies_the_gradient_of_its_micro_batches_mean_and_reports_that_mean():
+    task, optimizer = workloads.build("accumulated")
+    assert optimizer == "sgd" and task.accumulate * task.batch_size == workloads.build("mlp")[0].batch_size
+    model = task.model(0)
+    loss = workloads._accumulated(task, model, task.batches(0, 4, 0))
+    accumulated = [p.grad.clone() for p in model.parameters()]
+    micro = [next(b) for b in [task.batches(0, 4, 0)] for _ in range(task.accumulate)]
+    model.zero_grad()
+    whole = torch.stack([task.loss(model, batch) for batch in micro]).mean()
+    whole.backward()
+    assert loss.item() == pytest.approx(whole.item(), rel=1e-6)
+    pairs = zip(accumulated, model.parameters(), strict=True)
+    assert all(torch.allclose(a, p.grad, atol=1e-7) for a, p in pairs)
