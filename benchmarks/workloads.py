@@ -38,7 +38,8 @@ surface full-batch with no noise at all; Adamax), then `vae` (a variational auto
 negative ELBO with a reparameterised sample drawn per rank and step; Adam) and `poisson` (a physics-informed
 network solving u'' = f on [0, 1], whose loss differentiates the network twice inside the forward pass, at
 random collocation points; Adam), and `accumulated` (the digits MLP under SGD + momentum at micro-batches of
-8, four accumulated per optimizer step; `_accumulated`).
+8, four accumulated per optimizer step; `_accumulated`) and `decay_groups` (the regression under AdamW in two
+parameter groups, weight decay 0.1 on the weight matrices and none on biases and norms, one `max_lr`).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1296,6 +1297,25 @@ class DigitsVAE(Digits):
 
 
 @dataclass
+class DecayGroups(Regression):
+    """The regression above under the AdamW recipe of most transformer training scripts: two parameter
+    groups, the weight matrices at weight decay 0.1 and the biases and LayerNorm parameters at none, one
+    `max_lr` for both (OneCycleLR, like HDET, gives every group the same schedule)."""
+
+    decay: float = 0.1
+    name: str = field(default="decay_groups", init=False)
+
+    def param_groups(self, model: nn.Module) -> list[list[nn.Parameter]]:
+        """(the weight matrices, the biases and norms' parameters)."""
+        params = list(model.parameters())
+        return [[p for p in params if p.dim() > 1], [p for p in params if p.dim() <= 1]]
+
+    @property
+    def group_options(self) -> tuple[dict[str, float], ...]:
+        return ({"weight_decay": self.decay}, {"weight_decay": 0.0})
+
+
+@dataclass
 class DigitsAccumulated(Digits):
     """The digits MLP (SGD + momentum, the quality benchmark's `mlp`) trained the way a user short of memory
     trains it: micro-batches of 8 images, the gradients of 4 accumulated before each optimizer step (the
@@ -1445,6 +1465,7 @@ TASKS = {
     "vae": (DigitsVAE, {}, "adam"),
     "poisson": (Poisson, {}, "adam"),
     "accumulated": (DigitsAccumulated, {}, "sgd"),
+    "decay_groups": (DecayGroups, {}, "adamw"),
 }
 
 
@@ -1514,8 +1535,12 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     kind = job["optimizer"] if arm == "lrfree" else opt_kind
     # `param_groups`: the user's optimizer has several groups, each at its share of the rate (a list max_lr)
     groups = task.param_groups(model) if hasattr(task, "param_groups") else None
-    params = [{"params": g} for g in groups] if groups else model.parameters()
-    max_lr = [job["max_lr"] * r for r in task.group_ratios] if groups else job["max_lr"]
+    # `group_options`: each group's own settings (a weight decay); `group_ratios`: each group's share of the
+    # rate (`max_lr` a list); without them the groups share the job's one `max_lr`, as most users' do
+    options = getattr(task, "group_options", None) or [{}] * len(groups or ())
+    params = [{"params": g, **o} for g, o in zip(groups or (), options, strict=True)] or model.parameters()
+    ratios = getattr(task, "group_ratios", None)
+    max_lr = [job["max_lr"] * r for r in ratios] if groups and ratios else job["max_lr"]
     optimizer = make_optimizer(kind, params, job["max_lr"] / 25.0, base=opt_kind)
     unused = {"find_unused_parameters": True} if getattr(task, "ddp_unused", False) else {}
     # OneCycle cycles a momentum or beta1 by default and refuses an optimizer with neither (Adagrad): such a

@@ -219,3 +219,13 @@ def test_an_accumulating_step_applies_the_gradient_of_its_micro_batches_mean_and
     assert loss.item() == pytest.approx(whole.item(), rel=1e-6)
     pairs = zip(accumulated, model.parameters(), strict=True)
     assert all(torch.allclose(a, p.grad, atol=1e-7) for a, p in pairs)
+
+
+def test_the_decay_groups_split_every_parameter_once_with_decay_on_the_weight_matrices_alone():
+    task, optimizer = workloads.build("decay_groups")
+    model = task.model(0)
+    decay, rest = task.param_groups(model)
+    assert {id(p) for p in decay} | {id(p) for p in rest} == {id(p) for p in model.parameters()}
+    assert all(p.dim() == 2 for p in decay) and all(p.dim() == 1 for p in rest)
+    assert [o["weight_decay"] for o in task.group_options] == [0.1, 0.0] and optimizer == "adamw"
+    assert not hasattr(task, "group_ratios")  # one max_lr for both groups, as its user passes it
