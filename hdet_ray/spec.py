@@ -241,6 +241,7 @@ class Health(_Model):
     replica_learned: bool = core_default(HealthConfig, "replica_learned")
     stuck_after_blowup: bool = core_default(HealthConfig, "stuck_after_blowup")
     rose_above_start: bool = core_default(HealthConfig, "rose_above_start")
+    start_needs_progress: bool = core_default(HealthConfig, "start_needs_progress")
     stuck_above_best: float | None = Field(
         core_default(HealthConfig, "stuck_above_best"), gt=1, description="null: off"
     )
@@ -266,6 +267,7 @@ class Health(_Model):
             replica_learned=self.replica_learned,
             stuck_after_blowup=self.stuck_after_blowup,
             rose_above_start=self.rose_above_start,
+            start_needs_progress=self.start_needs_progress,
             stuck_above_best=self.stuck_above_best,
         )
 

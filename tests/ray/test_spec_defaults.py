@@ -45,6 +45,7 @@ from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, c
                 "replica_learned",
                 "stuck_after_blowup",
                 "rose_above_start",
+                "start_needs_progress",
             ],
         ),
     ],
