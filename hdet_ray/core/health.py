@@ -133,7 +133,8 @@ class HealthConfig:
     (docs/benchmarks.md). False: only the blow-ups above count."""
     start_needs_progress: bool = True
     """With the chance level taken from the run itself (`chance_loss=None`), the window's starting loss counts
-    as evidence that the run had learned (for the fell-back-to-chance rule) only once a window median has
+    as evidence that the run had learned (for the fell-back-to-chance rule, and for the stuck rule's
+    `gave_back`, `learned_level`) only once a window median has
     been below the run's initial loss or a replica has blown up (`blown`). The start is one step's loss,
     the mean of the replicas' first batches, and the initial loss is another: on a run that has not moved,
     the two differ by the batches' draw alone. `benchmarks.unseen`'s physics-informed network from 10x too
@@ -142,8 +143,9 @@ class HealthConfig:
     rollback that cut a rate already 10x too low to 0.14x (1.36 against 0.02 to 0.72 on the other seeds);
     the median regression from 10x too low (seed 1; heavy-tailed noise) rolled back the same way at window
     2, and at its oracle's rate (seed 6) left a replica out at window 1. Over every recorded run of the
-    benchmarks' results files those are the only windows it changes (docs/benchmarks.md). False: the start
-    always counts."""
+    benchmarks' results files those are the only windows it changes (docs/benchmarks.md), and the stuck
+    rule's replay (`python -m benchmarks.replay --stuck '{}'`) repeats every recorded stuck verdict of the
+    991 stored runs. False: the start always counts."""
     stuck_above_best: float | None = 1.25
     """A window is also dead when its replicas' losses agree within `stuck_spread` whatever their rates while
     their median is above this multiple of the run's best window median (judged on the difference, so a
@@ -241,13 +243,7 @@ def assess(
     # with chance taken from the run itself, "had learned" is judged on window means only: one batch's loss
     # (a replica's window minimum) can dip 10% below the first window's level by noise alone
     trust_minimum = config.chance_loss is not None
-    medians = [x for x in (previous, best) if math.isfinite(x)]
-    moved = blown or (math.isfinite(initial) and any(x < initial for x in medians))
-    # the start is one step's loss too: on a run that has not moved, a draw (`start_needs_progress`)
-    start_counts = trust_minimum or moved or not config.start_needs_progress
-    lowest = min(
-        (x for x in (first if start_counts else math.nan, *medians) if math.isfinite(x)), default=math.inf
-    )
+    lowest = learned_level(first, previous, best, initial, blown, config, trust_start=trust_minimum)
     floor = 0.0
     if math.isfinite(initial) and math.isfinite(reference):
         floor = config.blowup_progress * max(initial - reference, 0.0)
@@ -279,7 +275,7 @@ def stuck(
     first = start_loss(stats)
     if not math.isfinite(initial):
         initial = first
-    lowest = min((x for x in (first, previous, best) if math.isfinite(x)), default=math.inf)
+    lowest = learned_level(first, previous, best, initial, blown, config)
     if config.replica_learned and best_replica < lowest:
         lowest = best_replica
     chance = math.nan
@@ -287,6 +283,25 @@ def stuck(
         chance = config.chance_loss if config.chance_loss is not None else initial
     run_best = min((x for x in (previous, best) if math.isfinite(x)), default=math.nan)
     return _stuck(stats, lowest, initial, config, chance, run_best)
+
+
+def learned_level(
+    first: float,
+    previous: float,
+    best: float,
+    initial: float,
+    blown: bool,
+    config: HealthConfig,
+    trust_start: bool = False,
+) -> float:
+    """The lowest loss the run is known to have reached, for "had learned": the previous and best window
+    medians, and the window's starting loss `first` once a median has been below `initial` or a replica has
+    blown up (`start_needs_progress`; `trust_start`: always, as with a chance level the user named). The
+    start is one step's loss: on a run that has not moved it differs from the initial loss by a draw."""
+    medians = [x for x in (previous, best) if math.isfinite(x)]
+    moved = blown or (math.isfinite(initial) and any(x < initial for x in medians))
+    start = first if trust_start or moved or not config.start_needs_progress else math.nan
+    return min((x for x in (start, *medians) if math.isfinite(x)), default=math.inf)
 
 
 def left_best(loss: float, best: float, config: HealthConfig, initial: float = math.nan) -> bool:
