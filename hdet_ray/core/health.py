@@ -275,7 +275,7 @@ def stuck(
     first = start_loss(stats)
     if not math.isfinite(initial):
         initial = first
-    lowest = learned_level(first, previous, best, initial, blown, config)
+    lowest = learned_level(first, previous, best, initial, blown, config, config.chance_loss is not None)
     if config.replica_learned and best_replica < lowest:
         lowest = best_replica
     chance = math.nan
