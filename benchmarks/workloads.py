@@ -39,7 +39,9 @@ negative ELBO with a reparameterised sample drawn per rank and step; Adam) and `
 network solving u'' = f on [0, 1], whose loss differentiates the network twice inside the forward pass, at
 random collocation points; Adam), and `accumulated` (the digits MLP under SGD + momentum at micro-batches of
 8, four accumulated per optimizer step; `_accumulated`) and `decay_groups` (the regression under AdamW in two
-parameter groups, weight decay 0.1 on the weight matrices and none on biases and norms, one `max_lr`).
+parameter groups, weight decay 0.1 on the weight matrices and none on biases and norms, one `max_lr`), then
+`noisy_labels` (the digits MLP on training labels of which a fixed 30% are wrong, validated on clean ones;
+Adam) and `vit_postnorm` (the ViT with post-norm layers, the original transformer's; AdamW).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -386,14 +388,15 @@ class Softmax(Digits):
 
 
 class _ViT(nn.Module):
-    """A vision transformer for 8x8 images: 2x2 patches (16 tokens), pre-norm encoder layers, mean-pooled."""
+    """A vision transformer for 8x8 images: 2x2 patches (16 tokens), pre-norm encoder layers (post-norm with
+    `norm_first=False`, the original transformer's, which needs its warm-up), mean-pooled."""
 
-    def __init__(self, dim: int, heads: int, layers: int) -> None:
+    def __init__(self, dim: int, heads: int, layers: int, norm_first: bool = True) -> None:
         super().__init__()
         self.embed = nn.Linear(4, dim)
         self.position = nn.Parameter(0.02 * torch.randn(16, dim))
         layer = nn.TransformerEncoderLayer(
-            dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True, norm_first=True
+            dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True, norm_first=norm_first
         )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
@@ -407,17 +410,19 @@ class _ViT(nn.Module):
 
 @dataclass
 class DigitsViT(Digits):
-    """A tiny vision transformer on the 8x8 digits (the MLP's data, split and metric)."""
+    """A tiny vision transformer on the 8x8 digits (the MLP's data, split and metric); `norm_first=False`:
+    post-norm layers."""
 
     dim: int = 32
     heads: int = 2
     layers: int = 2
+    norm_first: bool = True
     name: str = field(default="digits_vit", init=False)
 
     def model(self, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            return _ViT(self.dim, self.heads, self.layers)
+            return _ViT(self.dim, self.heads, self.layers, self.norm_first)
 
 
 class _Residual(nn.Module):
@@ -1329,6 +1334,24 @@ class DigitsAccumulated(Digits):
 
 
 @dataclass
+class DigitsNoisyLabels(Digits):
+    """The digits MLP trained on labels of which a fixed 30% were replaced by another class drawn uniformly
+    (the same images flipped on every seed and rank), validated on the clean held-out labels: fitting the
+    training loss further means memorising the flipped labels, so the loss the controller reads and the
+    validation metric part ways late in a run."""
+
+    noise: float = 0.3
+    name: str = field(default="digits_noisy_labels", init=False)
+
+    def training_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = super().training_set()
+        g = torch.Generator().manual_seed(20261206)
+        flipped = torch.rand(len(y), generator=g) < self.noise
+        other = (y + torch.randint(1, 10, y.shape, generator=g)) % 10
+        return x, torch.where(flipped, other, y)
+
+
+@dataclass
 class Poisson(Task):
     """A physics-informed network: u'' = f on [0, 1] with u(0) = u(1) = 0, whose solution is
     u(x) = sin(3 pi x) exp(-x) (f its second derivative). The loss is the mean squared residual of u'' - f at
@@ -1466,6 +1489,8 @@ TASKS = {
     "poisson": (Poisson, {}, "adam"),
     "accumulated": (DigitsAccumulated, {}, "sgd"),
     "decay_groups": (DecayGroups, {}, "adamw"),
+    "noisy_labels": (DigitsNoisyLabels, {}, "adam"),
+    "vit_postnorm": (DigitsViT, {"norm_first": False}, "adamw"),
 }
 
 

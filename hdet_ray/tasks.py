@@ -119,9 +119,14 @@ class Digits(Task):
             layers.append(nn.Linear(dim, 10))
             return nn.Sequential(*layers)
 
-    def batches(self, rank: int, replicas: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def training_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The images and labels the batches are drawn from (every image the validation leaves out)."""
         x, y = _digits()
-        x, y = x[self.validation :][rank::replicas], y[self.validation :][rank::replicas]
+        return x[self.validation :], y[self.validation :]
+
+    def batches(self, rank: int, replicas: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        x, y = self.training_set()
+        x, y = x[rank::replicas], y[rank::replicas]
         g = _generator(seed * 7919 + rank)
         while True:
             order = torch.randperm(len(y), generator=g)

@@ -229,3 +229,22 @@ def test_the_decay_groups_split_every_parameter_once_with_decay_on_the_weight_ma
     assert all(p.dim() == 2 for p in decay) and all(p.dim() == 1 for p in rest)
     assert [o["weight_decay"] for o in task.group_options] == [0.1, 0.0] and optimizer == "adamw"
     assert not hasattr(task, "group_ratios")  # one max_lr for both groups, as its user passes it
+
+
+def test_the_noisy_labels_flip_a_fixed_share_of_the_training_labels_and_validate_on_clean_ones():
+    task, optimizer = workloads.build("noisy_labels")
+    clean = workloads.build("mlp")[0]
+    (x, y), (x0, y0) = task.training_set(), clean.training_set()
+    assert torch.equal(x, x0) and 0.25 < (y != y0).float().mean().item() < 0.35
+    assert torch.equal(task.training_set()[1], y)  # the same flips every time, on every seed and rank
+    model = task.model(0)
+    assert task.evaluate(model) == clean.evaluate(model)  # validated on the clean held-out labels
+    shares = [next(task.batches(rank, 4, 0))[1] for rank in range(4)]
+    assert all(((s >= 0) & (s < 10)).all() for s in shares) and optimizer == "adam"
+
+
+def test_the_post_norm_vit_normalises_after_each_residual_and_keeps_the_vits_shapes():
+    post, pre = workloads.build("vit_postnorm")[0].model(0), workloads.build("vit")[0].model(0)
+    assert [layer.norm_first for layer in post.encoder.layers] == [False, False]
+    assert all(layer.norm_first for layer in pre.encoder.layers)
+    assert [p.shape for p in post.parameters()] == [p.shape for p in pre.parameters()]
