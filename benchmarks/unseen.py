@@ -1,6 +1,6 @@
 """Unseen: the HDET defaults on model and data families no default was chosen on, in the issue's setting.
 
-    python -m benchmarks.unseen            # 34 workloads: 500 steps, 3 seeds (~5.5 hours, 2 cores)
+    python -m benchmarks.unseen            # 36 workloads: 500 steps, 3 seeds (~5.5 hours, 2 cores)
     python -m benchmarks.unseen --seeds 3 4   # more seeds (resumes; the oracle stays that of seeds 0 to 2)
     python -m benchmarks.unseen --quick    # softmax at 20 steps, 1 seed: checks that it runs
 
@@ -35,7 +35,9 @@ second derivative (random collocation points; Adam), and the digits MLP trained 
 (four micro-batches of 8 a step; SGD + momentum), and the regression under AdamW in two parameter groups
 (weight decay on the weight matrices alone), then the digits MLP on labels of which a fixed 30% are wrong,
 validated on clean ones (fitting the training loss further memorises the wrong labels; Adam), and the ViT
-with post-norm layers (AdamW). The setting is the issue's: 500 steps,
+with post-norm layers (AdamW), then linear least squares on features whose scales span 100x (convex, the best
+rate at the edge of stability; SGD + momentum) and an MLP with sign activations trained through the
+straight-through estimator (Adam). The setting is the issue's: 500 steps,
 the README's three-line change with the defaults (its sync period at 500 steps is 25, the value the jobs
 pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload
 (`CENTRE`, a familiar default for its optimizer), a 7-rate grid of fixed OneCycle (DDP) 1000x wide on seeds 0
@@ -90,6 +92,8 @@ CENTRE = {
     "decay_groups": 3e-3,
     "noisy_labels": 1e-3,
     "vit_postnorm": 3e-3,
+    "ill_conditioned": 0.1,
+    "binarized": 1e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

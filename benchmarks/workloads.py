@@ -41,7 +41,9 @@ random collocation points; Adam), and `accumulated` (the digits MLP under SGD + 
 8, four accumulated per optimizer step; `_accumulated`) and `decay_groups` (the regression under AdamW in two
 parameter groups, weight decay 0.1 on the weight matrices and none on biases and norms, one `max_lr`), then
 `noisy_labels` (the digits MLP on training labels of which a fixed 30% are wrong, validated on clean ones;
-Adam) and `vit_postnorm` (the ViT with post-norm layers, the original transformer's; AdamW).
+Adam) and `vit_postnorm` (the ViT with post-norm layers, the original transformer's; AdamW), then
+`ill_conditioned` (linear least squares on features whose scales span 100x; SGD + momentum) and `binarized`
+(an MLP with sign activations trained through the straight-through estimator; Adam).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1352,6 +1354,68 @@ class DigitsNoisyLabels(Digits):
 
 
 @dataclass
+class IllConditioned(_Synthetic):
+    """Linear least squares on 32 Gaussian features whose standard deviations run from 1 down to 0.01
+    (log-spaced: the Hessian's eigenvalues span 10,000x), every feature carrying an equal share of the
+    target's variance (its weight 1 / its scale), plus noise at 1% of the target's variance; the model one
+    `nn.Linear`. Convex: the largest feature sets the stability edge, the smallest the progress, so the
+    best rate sits at the edge and a rate past it diverges at once. Metric: validation MSE (target
+    variance 1)."""
+
+    inputs: int = 32
+    noise: float = 0.1
+    name: str = field(default="ill_conditioned", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, rows = self._draw()
+        scales = torch.logspace(0.0, -2.0, self.inputs)
+        x = torch.randn(rows, self.inputs, generator=g) * scales
+        w = torch.randn(self.inputs, 1, generator=g) / scales.unsqueeze(1) / math.sqrt(self.inputs)
+        y = x @ w
+        y = y + self.noise * y.std() * torch.randn(y.shape, generator=g)
+        return x, y / y.std()
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return nn.Linear(self.inputs, 1)
+
+
+class _Binarize(nn.Module):
+    """sign(x) forward; backward the straight-through estimator of the hard tanh (gradient 1 inside
+    [-1, 1], 0 outside), as binarized networks train."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        clipped = nn.functional.hardtanh(x)
+        return clipped + (torch.sign(clipped) - clipped).detach()
+
+
+@dataclass
+class DigitsBinarized(Digits):
+    """An MLP on the digits whose hidden activations are binarized to +-1 (two hidden layers of 256, each
+    Linear -> BatchNorm -> sign), trained through the straight-through estimator: the gradient every
+    replica applies is not the loss's (whose gradient through sign is zero almost everywhere), so the
+    hypergradient's reading of it is an estimator's. Real-valued weights; the MLP's data, split and metric."""
+
+    width: int = 256
+    name: str = field(default="digits_binarized", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            w = self.width
+            return nn.Sequential(
+                nn.Linear(64, w),
+                nn.BatchNorm1d(w),
+                _Binarize(),
+                nn.Linear(w, w),
+                nn.BatchNorm1d(w),
+                _Binarize(),
+                nn.Linear(w, 10),
+            )
+
+
+@dataclass
 class Poisson(Task):
     """A physics-informed network: u'' = f on [0, 1] with u(0) = u(1) = 0, whose solution is
     u(x) = sin(3 pi x) exp(-x) (f its second derivative). The loss is the mean squared residual of u'' - f at
@@ -1491,6 +1555,8 @@ TASKS = {
     "decay_groups": (DecayGroups, {}, "adamw"),
     "noisy_labels": (DigitsNoisyLabels, {}, "adam"),
     "vit_postnorm": (DigitsViT, {"norm_first": False}, "adamw"),
+    "ill_conditioned": (IllConditioned, {}, "sgd"),
+    "binarized": (DigitsBinarized, {}, "adam"),
 }
 
 

@@ -248,3 +248,25 @@ def test_the_post_norm_vit_normalises_after_each_residual_and_keeps_the_vits_sha
     assert [layer.norm_first for layer in post.encoder.layers] == [False, False]
     assert all(layer.norm_first for layer in pre.encoder.layers)
     assert [p.shape for p in post.parameters()] == [p.shape for p in pre.parameters()]
+
+
+def test_the_ill_conditioned_features_span_a_hundredfold_and_each_carries_the_target_alike():
+    task, optimizer = workloads.build("ill_conditioned")
+    x, y = task._data()
+    scales = x.std(0)
+    assert scales[0] / scales[-1] == pytest.approx(100.0, rel=0.1) and optimizer == "sgd"
+    fit = torch.linalg.lstsq(x, y).solution.squeeze(1) * scales  # each feature's share of the target
+    assert fit.abs().max() / fit.abs().median() < 10  # no feature is negligible: the slow ones matter
+    assert isinstance(task.model(0), torch.nn.Linear)
+
+
+def test_the_binarized_mlp_outputs_from_signs_and_trains_through_the_straight_through_estimator():
+    task, optimizer = workloads.build("binarized")
+    model = task.model(0)
+    x, y = next(task.batches(0, 4, 0))
+    hidden = model[:3](x)
+    assert set(hidden.unique().tolist()) <= {-1.0, 0.0, 1.0}
+    task.loss(model, (x, y)).backward()
+    first = model[0].weight.grad
+    assert first is not None and first.abs().sum() > 0  # the gradient passes the sign layers
+    assert optimizer == "adam"
