@@ -119,7 +119,7 @@ def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
                 for x in r.losses
             ]
             m = memory
-            memory_of = (m.previous_loss, m.best_loss, m.initial_loss, m.best_replica, m.blown)
+            memory_of = (m.previous_loss, m.best_loss, m.initial_loss, m.best_replica, m.blown, m.best_clear)
             met = stuck(stats, config, *memory_of) is not None
         acted = met and run + 1 >= config.stuck_windows
         run = run + 1 if met and not acted else 0

@@ -242,6 +242,7 @@ class Health(_Model):
     stuck_after_blowup: bool = core_default(HealthConfig, "stuck_after_blowup")
     rose_above_start: bool = core_default(HealthConfig, "rose_above_start")
     start_needs_progress: bool = core_default(HealthConfig, "start_needs_progress")
+    progress_all_replicas: bool = core_default(HealthConfig, "progress_all_replicas")
     stuck_above_best: float | None = Field(
         core_default(HealthConfig, "stuck_above_best"), gt=1, description="null: off"
     )
@@ -268,6 +269,7 @@ class Health(_Model):
             stuck_after_blowup=self.stuck_after_blowup,
             rose_above_start=self.rose_above_start,
             start_needs_progress=self.start_needs_progress,
+            progress_all_replicas=self.progress_all_replicas,
             stuck_above_best=self.stuck_above_best,
         )
 

@@ -146,6 +146,18 @@ class HealthConfig:
     benchmarks' results files those are the only windows it changes (docs/benchmarks.md), and the stuck
     rule's replay (`python -m benchmarks.replay --stuck '{}'`) repeats every recorded stuck verdict of the
     991 stored runs. False: the start always counts."""
+    progress_all_replicas: bool = True
+    """With `start_needs_progress`, a kept window counts as the run having moved only where every healthy
+    replica's window loss in it is below the run's initial loss (`HealthMemory.best_clear`), not merely its
+    median. On a flat run with a noisy loss the replicas' window means scatter around the plateau, and a
+    median dips a few percent below the first step's loss by the draw: `benchmarks.unseen`'s deep linear
+    network from 10x too low (seed 3) had window 1's median 2% below its initial 1.38 with one replica 3%
+    above it, window 2 started 11% below by the draw, and every replica was "back at chance" in three
+    windows of four: three rollbacks cut a rate already 10x too low to 0.025x, and the run never left its
+    first plateau (1.35 against fixed OneCycle's 0.031). The digits MLP from 10x too high, the rescue the
+    start is kept for, had all four replicas of window 0 below its initial loss. With two replicas the
+    median is the higher one, so nothing changes there. False: any median below. The window's start and a
+    blow-up count as before."""
     stuck_above_best: float | None = 1.25
     """A window is also dead when its replicas' losses agree within `stuck_spread` whatever their rates while
     their median is above this multiple of the run's best window median (judged on the difference, so a
@@ -213,6 +225,7 @@ def assess(
     restored: float = math.nan,
     stuck_before: int = 0,
     blown: bool = False,
+    clear: float = math.nan,
 ) -> tuple[list[bool], dict[int, str]]:
     """(healthy flag per replica, reason per unhealthy replica).
 
@@ -221,7 +234,9 @@ def assess(
     `best_replica`: the lowest window loss of any healthy replica in the run's earlier windows;
     `restored`: after a rollback, the level of the state it restored (NaN: the last sync did not roll back);
     `stuck_before`: how many windows in a row before this one met the stuck rule (`stuck_windows`);
-    `blown`: a replica blew up in an earlier window of the run (`stuck_after_blowup`).
+    `blown`: a replica blew up in an earlier window of the run (`stuck_after_blowup`);
+    `clear`: the lowest, over kept windows, of the highest healthy replica loss (`progress_all_replicas`;
+    NaN: not known, the medians alone say whether the run has moved).
     """
     first = start_loss(stats)
     reference = first
@@ -243,7 +258,7 @@ def assess(
     # with chance taken from the run itself, "had learned" is judged on window means only: one batch's loss
     # (a replica's window minimum) can dip 10% below the first window's level by noise alone
     trust_minimum = config.chance_loss is not None
-    lowest = learned_level(first, previous, best, initial, blown, config, trust_start=trust_minimum)
+    lowest = learned_level(first, previous, best, initial, blown, config, trust_minimum, clear)
     floor = 0.0
     if math.isfinite(initial) and math.isfinite(reference):
         floor = config.blowup_progress * max(initial - reference, 0.0)
@@ -255,7 +270,7 @@ def assess(
         if reason is not None:
             reasons[r] = reason
     if all(healthy):
-        reason = stuck(stats, config, previous, best, initial, best_replica, blown)
+        reason = stuck(stats, config, previous, best, initial, best_replica, blown, clear)
         if reason is not None and stuck_before + 1 >= config.stuck_windows:
             return [False] * len(stats), dict.fromkeys(range(len(stats)), reason)
     return healthy, reasons
@@ -269,13 +284,16 @@ def stuck(
     initial: float = math.nan,
     best_replica: float = math.nan,
     blown: bool = False,
+    clear: float = math.nan,
 ) -> str | None:
     """The reason every replica fails when the window is dead (`stuck_spread`), else None; `assess` asks it
     once every replica has passed the other rules. It reads the replicas' window means only."""
     first = start_loss(stats)
     if not math.isfinite(initial):
         initial = first
-    lowest = learned_level(first, previous, best, initial, blown, config, config.chance_loss is not None)
+    lowest = learned_level(
+        first, previous, best, initial, blown, config, config.chance_loss is not None, clear
+    )
     if config.replica_learned and best_replica < lowest:
         lowest = best_replica
     chance = math.nan
@@ -293,13 +311,16 @@ def learned_level(
     blown: bool,
     config: HealthConfig,
     trust_start: bool = False,
+    clear: float = math.nan,
 ) -> float:
     """The lowest loss the run is known to have reached, for "had learned": the previous and best window
     medians, and the window's starting loss `first` once a median has been below `initial` or a replica has
     blown up (`start_needs_progress`; `trust_start`: always, as with a chance level the user named). The
-    start is one step's loss: on a run that has not moved it differs from the initial loss by a draw."""
+    start is one step's loss: on a run that has not moved it differs from the initial loss by a draw. With
+    `progress_all_replicas` and `clear` known, a window moved only with every healthy replica below."""
     medians = [x for x in (previous, best) if math.isfinite(x)]
-    moved = blown or (math.isfinite(initial) and any(x < initial for x in medians))
+    below = [clear] if config.progress_all_replicas and not math.isnan(clear) else medians
+    moved = blown or (math.isfinite(initial) and any(x < initial for x in below))
     start = first if trust_start or moved or not config.start_needs_progress else math.nan
     return min((x for x in (start, *medians) if math.isfinite(x)), default=math.inf)
 

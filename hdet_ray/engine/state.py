@@ -54,6 +54,9 @@ class HealthMemory:
     """A replica's loss or parameters blew up in an earlier window and the run has not been restored since
     (`stuck_after_blowup`): what the survivors carried on with may be damaged. A restore puts back a state
     from before the blow-up, and a slow restart at the cut rate from it is flat near the first loss too."""
+    best_clear: float = math.inf
+    """The lowest, over kept windows, of the highest healthy replica loss: below the initial loss, a whole
+    window's replicas were below the untrained level (health's `progress_all_replicas`)."""
 
     def assess(
         self, stats: Sequence[ReplicaStats], config: HealthConfig | None
@@ -67,8 +70,9 @@ class HealthMemory:
         if self.restored:
             restored = self.kept_loss if math.isfinite(self.kept_loss) else self.initial_loss
         memory = (self.previous_loss, self.best_loss, self.initial_loss, self.best_replica)
-        healthy, reasons = assess(stats, config, *memory, restored, self.stuck_run, self.blown)
-        met = all(healthy) and stuck(stats, config, *memory, self.blown) is not None
+        clear = self.best_clear
+        healthy, reasons = assess(stats, config, *memory, restored, self.stuck_run, self.blown, clear)
+        met = all(healthy) and stuck(stats, config, *memory, self.blown, clear) is not None
         self.stuck_run = self.stuck_run + 1 if met else 0  # acted on (every replica failed): starts afresh
         self.note_blowups(reasons.values())
         self.note_rise([s.mean_loss for s in stats], config)
@@ -125,6 +129,7 @@ class HealthMemory:
             self.previous_loss = kept[len(kept) // 2]
             self.best_loss = min(self.best_loss, self.previous_loss)
             self.best_replica = min(self.best_replica, kept[0])
+            self.best_clear = min(self.best_clear, kept[-1])
 
     def state_dict(self) -> dict[str, float]:
         return {
@@ -136,6 +141,7 @@ class HealthMemory:
             "restored": float(self.restored),
             "stuck_run": float(self.stuck_run),
             "blown": float(self.blown),
+            "best_clear": self.best_clear,
         }
 
     def load_state_dict(self, state: dict[str, float]) -> None:
@@ -147,6 +153,9 @@ class HealthMemory:
         self.restored = bool(state.get("restored", 0.0))
         self.stuck_run = int(state.get("stuck_run", 0))
         self.blown = bool(state.get("blown", 0.0))
+        self.best_clear = float(
+            state.get("best_clear", self.best_loss)
+        )  # older checkpoints: the medians' rule
 
 
 @dataclass

@@ -139,6 +139,28 @@ def test_a_start_below_the_first_loss_on_a_run_that_has_not_moved_is_a_draw_not_
     assert assess(flat, named, **memory)[0] == [False] * 4
 
 
+def test_a_window_with_a_replica_above_the_first_loss_is_no_progress_even_with_its_median_below():
+    # benchmarks.unseen's deep linear network from 10x too low, seed 3: window 1's median (1.3475) was 2%
+    # below the initial 1.3796 with one replica at 1.4228, window 2 started at 1.2325 by the draw, and three
+    # replicas still on the first plateau were "back at chance": three rollbacks from a rate already 10x
+    # too low, and the run never left its plateau
+    cfg = HealthConfig()
+    window = [
+        stats(m, first=1.2325, tail=t)
+        for m, t in ((1.3874, 1.436), (1.3709, 1.386), (1.366, 1.354), (1.3309, 1.33))
+    ]
+    memory = dict(previous=1.3475, best=1.3475, initial=1.3796)
+    clear = 1.4021  # the lowest of the kept windows' highest replica losses: above the initial
+    assert assess(window, cfg, **memory, clear=clear) == ([True] * 4, {})
+    assert assess(window, cfg, **memory)[0] == [False, False, False, True]  # clear unknown: the medians' rule
+    old = HealthConfig(progress_all_replicas=False)
+    assert assess(window, old, **memory, clear=clear)[0] == [False, False, False, True]
+    # the digits MLP from 10x too high had every replica of window 0 below its initial loss (2.2312 to
+    # 2.2592 against 2.30) and died in window 1: still the rollback that rescues it
+    died = [stats(m, first=1.98, tail=m) for m in (2.4, 2.35, 2.5, 2.6)]
+    assert assess(died, cfg, previous=2.2475, best=2.2475, initial=2.30, clear=2.2592)[0] == [False] * 4
+
+
 def test_one_replica_that_learned_is_enough_to_call_a_stuck_window_dead():
     # the digits MLP from 10x too high on 2 processes, seed 3: one replica reached 1.93 (the start: 2.31)
     # while the other sat at 2.64, so every median of the run stayed above 2.08; then both replicas sat at

@@ -203,3 +203,17 @@ def test_a_replica_above_the_first_loss_before_the_run_learned_counts_as_a_blow_
     learned = [windows[0], (1.6, [1.55, 1.5, 1.52, 1.53]), windows[1]]
     _, m = verdicts(HealthConfig(), learned)
     assert not m.blown
+
+
+def test_the_health_memory_keeps_the_lowest_of_each_kept_windows_highest_healthy_loss():
+    kept = HealthMemory(initial_loss=1.3796)
+    kept.remember([1.4021, 1.2943, 1.3495, 1.363], [True] * 4, rolled_back=False)
+    kept.remember([1.3323, 1.4228, 1.3475, 1.3004], [True] * 4, rolled_back=False)
+    assert kept.best_clear == 1.4021
+    kept.remember([9.0, 0.1, 0.2, 0.3], [False, True, True, True], rolled_back=False)  # the healthy only
+    assert kept.best_clear == 0.3
+    kept.remember([0.01, 0.02], [True, True], rolled_back=True)  # a rolled-back window is not kept
+    assert kept.best_clear == 0.3
+    restored = HealthMemory()
+    restored.load_state_dict({k: v for k, v in kept.state_dict().items() if k != "best_clear"})
+    assert restored.best_clear == kept.best_loss  # an older checkpoint: the medians' rule
