@@ -43,7 +43,9 @@ parameter groups, weight decay 0.1 on the weight matrices and none on biases and
 `noisy_labels` (the digits MLP on training labels of which a fixed 30% are wrong, validated on clean ones;
 Adam) and `vit_postnorm` (the ViT with post-norm layers, the original transformer's; AdamW), then
 `ill_conditioned` (linear least squares on features whose scales span 100x; SGD + momentum) and `binarized`
-(an MLP with sign activations trained through the straight-through estimator; Adam).
+(an MLP with sign activations trained through the straight-through estimator; Adam), then `deep_linear` (a
+deep linear network from a small start, saddle to saddle; SGD + momentum) and `spectral` (the digits MLP
+with spectrally normalised hidden layers, whose power-iteration buffers move in every forward pass; Adam).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -52,6 +54,7 @@ final validation metric of the (identical, or converged) model, plus the HDET tr
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import tempfile
@@ -1416,6 +1419,64 @@ class DigitsBinarized(Digits):
 
 
 @dataclass
+class DeepLinear(_Synthetic):
+    """A deep linear network (four 32-wide `nn.Linear` layers, no bias, no nonlinearity, initialised small)
+    fitting a linear map of 16 Gaussian inputs to 16 outputs whose singular values halve one to the next
+    (4, 2, 1, 0.5, ...), plus noise at 1% of the target's variance. Non-convex: from a small start the
+    gradient is a product of small matrices, so the loss sits on a plateau before each singular value is
+    learned, largest first (saddle to saddle), and a rate too low stays on the first plateau for long.
+    Metric: validation MSE."""
+
+    inputs: int = 16
+    width: int = 32
+    layers: int = 4
+    init: float = 0.3
+    noise: float = 0.1
+    name: str = field(default="deep_linear", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, rows = self._draw()
+        u, _ = torch.linalg.qr(torch.randn(self.inputs, self.inputs, generator=g))
+        v, _ = torch.linalg.qr(torch.randn(self.inputs, self.inputs, generator=g))
+        singular = 4.0 * 0.5 ** torch.arange(self.inputs, dtype=torch.float32)
+        x = torch.randn(rows, self.inputs, generator=g)
+        y = x @ (u * singular) @ v.T
+        return x, y + self.noise * y.std() * torch.randn(y.shape, generator=g)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            sizes = [self.inputs] + [self.width] * (self.layers - 1) + [self.inputs]
+            layers = [nn.Linear(a, b, bias=False) for a, b in itertools.pairwise(sizes)]
+            for layer in layers:
+                nn.init.normal_(layer.weight, std=self.init / math.sqrt(layer.in_features))
+            return nn.Sequential(*layers)
+
+
+@dataclass
+class DigitsSpectral(Digits):
+    """The digits MLP with spectral normalisation on its hidden `nn.Linear` layers (the output layer left
+    free to scale the logits; `torch.nn.utils.parametrizations.spectral_norm`): each such weight is divided
+    by its largest singular value,
+    estimated by a power iteration whose vectors are buffers updated in every training forward pass, so
+    each replica's buffers move with its own weights and are averaged with them. Lipschitz-bounded layers
+    learn slowly at a small rate and tolerate a large one."""
+
+    name: str = field(default="digits_spectral", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        from torch.nn.utils.parametrizations import spectral_norm
+
+        model = super().model(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for i, layer in enumerate(model[:-1]):
+                if isinstance(layer, nn.Linear):
+                    model[i] = spectral_norm(layer)
+        return model
+
+
+@dataclass
 class Poisson(Task):
     """A physics-informed network: u'' = f on [0, 1] with u(0) = u(1) = 0, whose solution is
     u(x) = sin(3 pi x) exp(-x) (f its second derivative). The loss is the mean squared residual of u'' - f at
@@ -1557,6 +1618,8 @@ TASKS = {
     "vit_postnorm": (DigitsViT, {"norm_first": False}, "adamw"),
     "ill_conditioned": (IllConditioned, {}, "sgd"),
     "binarized": (DigitsBinarized, {}, "adam"),
+    "deep_linear": (DeepLinear, {}, "sgd"),
+    "spectral": (DigitsSpectral, {}, "adam"),
 }
 
 

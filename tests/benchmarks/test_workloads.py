@@ -270,3 +270,27 @@ def test_the_binarized_mlp_outputs_from_signs_and_trains_through_the_straight_th
     first = model[0].weight.grad
     assert first is not None and first.abs().sum() > 0  # the gradient passes the sign layers
     assert optimizer == "adam"
+
+
+def test_the_deep_linear_network_starts_small_on_a_target_whose_singular_values_halve():
+    task, optimizer = workloads.build("deep_linear")
+    x, y = task._data()
+    fit = torch.linalg.lstsq(x, y).solution
+    top = torch.linalg.svdvals(fit)[:4]
+    assert torch.allclose(top, torch.tensor([4.0, 2.0, 1.0, 0.5]), rtol=0.05) and optimizer == "sgd"
+    model = task.model(0)
+    assert all(isinstance(m, torch.nn.Linear) and m.bias is None for m in model)
+    assert model(x).pow(2).mean() < 0.01 * y.pow(2).mean()  # a small start: the product of small layers
+
+
+def test_the_spectral_mlp_normalises_its_hidden_layers_and_keeps_their_power_iteration_buffers():
+    task, optimizer = workloads.build("spectral")
+    model = task.model(0)
+    hidden = [m for m in model if isinstance(m, torch.nn.Linear)][:-1]
+    assert all(torch.nn.utils.parametrize.is_parametrized(m, "weight") for m in hidden)
+    assert not torch.nn.utils.parametrize.is_parametrized(model[-1], "weight")  # the logits' scale is free
+    assert len(list(model.buffers())) == 4 and optimizer == "adam"  # u and v of each hidden layer
+    model.train()
+    model(next(task.batches(0, 4, 0))[0])
+    for m in hidden:
+        assert torch.linalg.matrix_norm(m.weight, ord=2).item() == pytest.approx(1.0, rel=0.05)
