@@ -45,7 +45,9 @@ Adam) and `vit_postnorm` (the ViT with post-norm layers, the original transforme
 `ill_conditioned` (linear least squares on features whose scales span 100x; SGD + momentum) and `binarized`
 (an MLP with sign activations trained through the straight-through estimator; Adam), then `deep_linear` (a
 deep linear network from a small start, saddle to saddle; SGD + momentum) and `spectral` (the digits MLP
-with spectrally normalised hidden layers, whose power-iteration buffers move in every forward pass; Adam).
+with spectrally normalised hidden layers, whose power-iteration buffers move in every forward pass; Adam),
+then `rnn` (an Elman RNN byte LM under SGD + momentum with no clip) and `cnn_amsgrad` (the BatchNorm CNN
+under AdamW with `amsgrad=True`).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -378,6 +380,16 @@ class ByteLSTM(ByteGRU):
     clip: float = 0.5
     name: str = field(default="bytelstm", init=False)
     cell = nn.LSTM
+
+
+@dataclass
+class ByteRNN(ByteGRU):
+    """A one-layer Elman RNN (`nn.RNN`, tanh) over the byte LM's data, under SGD + momentum with no gradient
+    clip: with no gates the gradient through 32 steps can grow without bound, and a rate past the edge meets
+    a cliff, a single step whose gradient is orders of magnitude larger than the last."""
+
+    name: str = field(default="byternn", init=False)
+    cell = nn.RNN
 
 
 @dataclass
@@ -1533,7 +1545,8 @@ class Workload:
     (torch's defaults; OneCycle cycles NAdam's beta1, and RMSprop's momentum from 0.95 to 0.85 and back, as
     torch's `OneCycleLR` does for any optimizer with a `momentum` setting), 'nesterov' (SGD, Nesterov
     momentum 0.9, weight decay 5e-4), 'adagrad' (torch's defaults; no momentum to cycle, so both schedulers
-    get `cycle_momentum=False`), 'radam' or 'adamax' (torch's defaults; OneCycle cycles their beta1)."""
+    get `cycle_momentum=False`), 'radam' or 'adamax' (torch's defaults; OneCycle cycles their beta1),
+    'amsgrad' (AdamW as 'adamw' with `amsgrad=True`: its state keeps the second moment's running maximum)."""
     steps: int
     sync_every: int
 
@@ -1548,6 +1561,8 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
         return torch.optim.Adam(params, lr=lr)
     if kind == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    if kind == "amsgrad":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, amsgrad=True)
     if kind == "nadam":
         return torch.optim.NAdam(params, lr=lr)
     if kind == "rmsprop":
@@ -1620,6 +1635,8 @@ TASKS = {
     "binarized": (DigitsBinarized, {}, "adam"),
     "deep_linear": (DeepLinear, {}, "sgd"),
     "spectral": (DigitsSpectral, {}, "adam"),
+    "rnn": (ByteRNN, {"context": 32, "dim": 32, "val_bytes": 16_384}, "sgd"),
+    "cnn_amsgrad": (DigitsCNN, {}, "amsgrad"),
 }
 
 

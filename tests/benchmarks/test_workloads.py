@@ -18,7 +18,8 @@ def test_a_workload_builds_and_its_loss_and_metric_are_finite(name, tmp_path, mo
     loss = task.loss(model, next(task.batches(0, 4, 0))).detach()
     assert loss.dim() == 0 and math.isfinite(loss.item())
     assert math.isfinite(task.evaluate(model)[task.metric])
-    assert optimizer in {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam", "adamax"}
+    kinds = {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam", "adamax", "amsgrad"}
+    assert optimizer in kinds
     workloads.make_optimizer(optimizer, model.parameters(), 1e-3)
 
 
@@ -294,3 +295,16 @@ def test_the_spectral_mlp_normalises_its_hidden_layers_and_keeps_their_power_ite
     model(next(task.batches(0, 4, 0))[0])
     for m in hidden:
         assert torch.linalg.matrix_norm(m.weight, ord=2).item() == pytest.approx(1.0, rel=0.05)
+
+
+def test_the_elman_rnn_has_no_gates_and_the_amsgrad_cnn_keeps_a_running_maximum():
+    task, optimizer = workloads.build("rnn")
+    model = task.model(0)
+    assert isinstance(model.rnn, torch.nn.RNN) and model.rnn.nonlinearity == "tanh" and optimizer == "sgd"
+    assert not hasattr(task, "clip")  # no clip: its user trains it as the LSTM's would not
+    cnn, kind = workloads.build("cnn_amsgrad")
+    net = cnn.model(0)
+    opt = workloads.make_optimizer(kind, net.parameters(), 1e-3)
+    cnn.loss(net, next(cnn.batches(0, 4, 0))).backward()
+    opt.step()
+    assert all("max_exp_avg_sq" in opt.state[p] for p in net.parameters())
