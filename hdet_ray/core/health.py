@@ -314,10 +314,10 @@ def learned_level(
     clear: float = math.nan,
 ) -> float:
     """The lowest loss the run is known to have reached, for "had learned": the previous and best window
-    medians, and the window's starting loss `first` once a median has been below `initial` or a replica has
-    blown up (`start_needs_progress`; `trust_start`: always, as with a chance level the user named). The
-    start is one step's loss: on a run that has not moved it differs from the initial loss by a draw. With
-    `progress_all_replicas` and `clear` known, a window moved only with every healthy replica below."""
+    medians, and the window's starting loss `first` once the run has moved below `initial` (a kept window
+    with every healthy replica below it, `clear`, with `progress_all_replicas`; else a median) or a replica
+    has blown up (`start_needs_progress`; `trust_start`: always, as with a chance level the user named). The
+    start is one step's loss: on a run that has not moved it differs from the initial loss by a draw."""
     medians = [x for x in (previous, best) if math.isfinite(x)]
     below = [clear] if config.progress_all_replicas and not math.isnan(clear) else medians
     moved = blown or (math.isfinite(initial) and any(x < initial for x in below))
