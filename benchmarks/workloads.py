@@ -47,7 +47,9 @@ Adam) and `vit_postnorm` (the ViT with post-norm layers, the original transforme
 deep linear network from a small start, saddle to saddle; SGD + momentum) and `spectral` (the digits MLP
 with spectrally normalised hidden layers, whose power-iteration buffers move in every forward pass; Adam),
 then `rnn` (an Elman RNN byte LM under SGD + momentum with no clip) and `cnn_amsgrad` (the BatchNorm CNN
-under AdamW with `amsgrad=True`).
+under AdamW with `amsgrad=True`), then `small_targets` (the regression with targets a thousand times
+smaller: losses near 1e-6; Adam) and `full_batch` (the digits MLP on each rank's whole share every step, no
+sampling noise; SGD + momentum).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1338,6 +1340,34 @@ class DecayGroups(Regression):
 
 
 @dataclass
+class SmallTargets(Regression):
+    """The regression above with its targets in a unit a thousand times too large (metres recorded as
+    kilometres), as a user who did not standardise them trains it: the network's first outputs are of its
+    initialisation's scale (a first loss near 0.1), it learns to output almost nothing within a few steps
+    (the loss of the targets' variance, 1e-6), and the fit proper runs from there toward 1e-8. Adam's steps
+    do not depend on the gradient's scale; a threshold in absolute units or relative to the first loss shows
+    here."""
+
+    scale: float = 1e-3
+    name: str = field(default="small_targets", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = super()._data()
+        return x, self.scale * y
+
+
+@dataclass
+class DigitsFullBatch(Digits):
+    """The digits MLP under SGD + momentum on full batches: each rank steps on the whole of its share of the
+    training images (374 of 1,497 on 4 ranks) every step, so the gradient carries no sampling noise and the
+    rate meets a sharp edge of stability (losses that spike and recover, the catapults of full-batch
+    training) rather than a noise floor."""
+
+    batch_size: int = 374
+    name: str = field(default="digits_full_batch", init=False)
+
+
+@dataclass
 class DigitsAccumulated(Digits):
     """The digits MLP (SGD + momentum, the quality benchmark's `mlp`) trained the way a user short of memory
     trains it: micro-batches of 8 images, the gradients of 4 accumulated before each optimizer step (the
@@ -1640,6 +1670,8 @@ TASKS = {
     "spectral": (DigitsSpectral, {}, "adam"),
     "rnn": (ByteRNN, SMALL_BYTES, "sgd"),
     "cnn_amsgrad": (DigitsCNN, {}, "amsgrad"),
+    "small_targets": (SmallTargets, {}, "adam"),
+    "full_batch": (DigitsFullBatch, {}, "sgd"),
 }
 
 

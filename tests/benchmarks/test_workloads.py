@@ -308,3 +308,16 @@ def test_the_elman_rnn_has_no_gates_and_the_amsgrad_cnn_keeps_a_running_maximum(
     cnn.loss(net, next(cnn.batches(0, 4, 0))).backward()
     opt.step()
     assert all("max_exp_avg_sq" in opt.state[p] for p in net.parameters())
+
+
+def test_the_small_targets_are_the_regressions_scaled_and_the_full_batch_takes_a_ranks_whole_share():
+    small, optimizer = workloads.build("small_targets")
+    regression, _ = workloads.build("regression")
+    (x, y), (x0, y0) = small._data(), regression._data()
+    assert optimizer == "adam" and torch.equal(x, x0) and torch.allclose(y, 1e-3 * y0)
+    assert y.var().item() == pytest.approx(1e-6, rel=0.01)  # the regression's targets are standardised
+    full, optimizer = workloads.build("full_batch")
+    shares = [next(full.batches(rank, 4, 0))[1] for rank in range(4)]
+    assert optimizer == "sgd" and [len(y) for y in shares] == [374] * 4
+    again = next(full.batches(1, 4, 5))[1]  # another seed draws the same share, in another order
+    assert sorted(again.tolist()) == sorted(shares[1].tolist())
