@@ -49,7 +49,9 @@ with spectrally normalised hidden layers, whose power-iteration buffers move in 
 then `rnn` (an Elman RNN byte LM under SGD + momentum with no clip) and `cnn_amsgrad` (the BatchNorm CNN
 under AdamW with `amsgrad=True`), then `small_targets` (the regression with targets a thousand times
 smaller: losses near 1e-6; Adam) and `full_batch` (the digits MLP on each rank's whole share every step, no
-sampling noise; SGD + momentum).
+sampling noise; SGD + momentum), then `curriculum` (the digits MLP on training images whose noise grows over
+the run, so the training loss rises by design; SGD + momentum) and `tabular_adadelta` (the tabular classifier
+under Adadelta, whose step is the rate times a ratio of running averages).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1368,6 +1370,40 @@ class DigitsFullBatch(Digits):
 
 
 @dataclass
+class DigitsCurriculum(Digits):
+    """The digits MLP (SGD + momentum) on a curriculum that ends hard: Gaussian noise is added to the
+    training images, its standard deviation growing linearly from 0 to `noise` (in units of the pixels'
+    range) over the first `ramp` batches and held there; validated on the held-out images under noise of
+    that final level (one fixed draw). The training loss falls while the images are clean, then rises as
+    they get harder, whatever the rate: a run whose loss climbs by design, as under progressive resizing or
+    a sequence-length warm-up."""
+
+    noise: float = 0.5
+    ramp: int = 400
+    name: str = field(default="digits_curriculum", init=False)
+
+    def batches(self, rank: int, replicas: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed * 104729 + rank)
+        for i, (x, y) in enumerate(super().batches(rank, replicas, seed)):
+            level = self.noise * min(1.0, i / self.ramp)
+            yield x + level * torch.randn(x.shape, generator=g), y
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x, y = _digits()
+        x, y = x[: self.validation], y[: self.validation]
+        x = x + self.noise * torch.randn(x.shape, generator=torch.Generator().manual_seed(20261206))
+        was_training = model.training
+        model.eval()
+        logits = model(x)
+        model.train(was_training)
+        return {
+            "val_loss": float(nn.functional.cross_entropy(logits, y)),
+            "val_accuracy": float((logits.argmax(1) == y).float().mean()),
+        }
+
+
+@dataclass
 class DigitsAccumulated(Digits):
     """The digits MLP (SGD + momentum, the quality benchmark's `mlp`) trained the way a user short of memory
     trains it: micro-batches of 8 images, the gradients of 4 accumulated before each optimizer step (the
@@ -1576,7 +1612,9 @@ class Workload:
     torch's `OneCycleLR` does for any optimizer with a `momentum` setting), 'nesterov' (SGD, Nesterov
     momentum 0.9, weight decay 5e-4), 'adagrad' (torch's defaults; no momentum to cycle, so both schedulers
     get `cycle_momentum=False`), 'radam' or 'adamax' (torch's defaults; OneCycle cycles their beta1),
-    'amsgrad' (AdamW as 'adamw' with `amsgrad=True`: its state keeps the second moment's running maximum)."""
+    'amsgrad' (AdamW as 'adamw' with `amsgrad=True`: its state keeps the second moment's running maximum),
+    'adadelta' (torch's defaults, `lr=1.0` its documented rate; no momentum to cycle: a step of the rate times
+    the ratio of two running averages, the past steps' and the gradients' root mean squares)."""
     steps: int
     sync_every: int
 
@@ -1601,6 +1639,8 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
         return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
     if kind == "adagrad":
         return torch.optim.Adagrad(params, lr=lr)
+    if kind == "adadelta":
+        return torch.optim.Adadelta(params, lr=lr)
     if kind == "radam":
         return torch.optim.RAdam(params, lr=lr)
     if kind == "adamax":
@@ -1672,6 +1712,8 @@ TASKS = {
     "cnn_amsgrad": (DigitsCNN, {}, "amsgrad"),
     "small_targets": (SmallTargets, {}, "adam"),
     "full_batch": (DigitsFullBatch, {}, "sgd"),
+    "curriculum": (DigitsCurriculum, {}, "sgd"),
+    "tabular_adadelta": (Tabular, {}, "adadelta"),
 }
 
 

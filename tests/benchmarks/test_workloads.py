@@ -18,7 +18,7 @@ def test_a_workload_builds_and_its_loss_and_metric_are_finite(name, tmp_path, mo
     loss = task.loss(model, next(task.batches(0, 4, 0))).detach()
     assert loss.dim() == 0 and math.isfinite(loss.item())
     assert math.isfinite(task.evaluate(model)[task.metric])
-    kinds = {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam", "adamax", "amsgrad"}
+    kinds = {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam", "adamax", "amsgrad", "adadelta"}
     assert optimizer in kinds
     workloads.make_optimizer(optimizer, model.parameters(), 1e-3)
 
@@ -321,3 +321,21 @@ def test_the_small_targets_are_the_regressions_scaled_and_the_full_batch_takes_a
     assert optimizer == "sgd" and [len(y) for y in shares] == [374] * 4
     again = next(full.batches(1, 4, 5))[1]  # another seed draws the same share, in another order
     assert sorted(again.tolist()) == sorted(shares[1].tolist())
+
+
+def test_the_curriculum_adds_noise_that_grows_to_its_final_level_and_validates_at_that_level():
+    task, optimizer = workloads.build("curriculum")
+    clean = workloads.Digits().batches(0, 4, 0)
+    noisy = task.batches(0, 4, 0)
+    gaps = []
+    for i in range(task.ramp + 50):
+        (x, y), (x0, y0) = next(noisy), next(clean)
+        assert torch.equal(y, y0)  # the same images in the same order, noise added
+        gaps.append((x - x0).std().item())
+    assert gaps[0] == 0.0 and gaps[task.ramp // 2] == pytest.approx(task.noise / 2, rel=0.1)
+    assert gaps[-1] == pytest.approx(task.noise, rel=0.1) and optimizer == "sgd"
+    model = task.model(0)
+    assert task.evaluate(model) == task.evaluate(model)  # one fixed draw of the held-out noise
+    assert task.evaluate(model)["val_loss"] != workloads.Digits().evaluate(model)["val_loss"]
+    _, kind = workloads.build("tabular_adadelta")
+    assert isinstance(workloads.make_optimizer(kind, model.parameters(), 1.0), torch.optim.Adadelta)
