@@ -48,7 +48,7 @@ deep linear network from a small start, saddle to saddle; SGD + momentum) and `s
 with spectrally normalised hidden layers, whose power-iteration buffers move in every forward pass; Adam),
 then `rnn` (an Elman RNN byte LM under SGD + momentum with no clip) and `cnn_amsgrad` (the BatchNorm CNN
 under AdamW with `amsgrad=True`), then `small_targets` (the regression with targets a thousand times
-smaller: losses near 1e-6; Adam) and `full_batch` (the digits MLP on each rank's whole share every step, no
+smaller, not standardised; Adam) and `full_batch` (the digits MLP on each rank's whole share every step, no
 sampling noise; SGD + momentum), then `curriculum` (the digits MLP on training images whose noise grows over
 the run, so the training loss rises by design; SGD + momentum) and `tabular_adadelta` (the tabular classifier
 under Adadelta, whose step is the rate times a ratio of running averages).

@@ -18,7 +18,8 @@ def test_a_workload_builds_and_its_loss_and_metric_are_finite(name, tmp_path, mo
     loss = task.loss(model, next(task.batches(0, 4, 0))).detach()
     assert loss.dim() == 0 and math.isfinite(loss.item())
     assert math.isfinite(task.evaluate(model)[task.metric])
-    kinds = {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam", "adamax", "amsgrad", "adadelta"}
+    kinds = {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam", "adamax", "amsgrad"}
+    kinds |= {"adadelta"}
     assert optimizer in kinds
     workloads.make_optimizer(optimizer, model.parameters(), 1e-3)
 
