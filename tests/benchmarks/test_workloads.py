@@ -329,7 +329,7 @@ def test_the_curriculum_adds_noise_that_grows_to_its_final_level_and_validates_a
     clean = workloads.Digits().batches(0, 4, 0)
     noisy = task.batches(0, 4, 0)
     gaps = []
-    for i in range(task.ramp + 50):
+    for _ in range(task.ramp + 50):
         (x, y), (x0, y0) = next(noisy), next(clean)
         assert torch.equal(y, y0)  # the same images in the same order, noise added
         gaps.append((x - x0).std().item())
