@@ -87,6 +87,17 @@ class HealthConfig:
     and judged against 0.68 every window from there failed too, three rollbacks in a row and the run
     diverged. False: the reference is the larger of the start and the previous median, whatever the
     start."""
+    restored_measured: bool = True
+    """Right after a rollback, the window's starting loss is the restored snapshot's own loss (the first
+    step's, on the restored weights); where it blew up against the level the snapshot was credited with (the
+    median of the window it was kept from: `regressed`), that start is the snapshot's level from then on.
+    The snapshot is the converged model of a healthy window, and averaging replicas that trained apart can
+    land far above every one of them: `benchmarks.unseen`'s digits MLP on full batches from 10x too high
+    (seed 2) had replicas at 0.47 to 1.16 at window 1's end and their average at 13.5. The next window,
+    falling from 13.5 to 0.8, failed against 0.81 and rolled back to that same average, and so did every
+    window after it (each judged against 0.81 while starting at 13.5, the rate cut each time): nine
+    rollbacks and the run diverged at 13.4. Judged against the level the restored state has, a window that
+    falls from it passes. False: the credited level stands whatever the restored state's loss."""
     stuck_windows: int = 2
     """The stuck rule fails every replica only in the `stuck_windows`-th window in a row that meets it. A dead
     network stays dead (the tabular classifier sat at ln 8 for 16 windows, the 2-process MLP at ln 10 for
@@ -247,12 +258,7 @@ def assess(
         level = min(previous, best) if math.isfinite(best) else previous  # where the run had got to
         if math.isfinite(restored):
             level = restored  # a rollback put it back there
-        if (
-            config.regressed_start
-            and math.isfinite(first)
-            and above(first, level, config.blowup_factor)
-            and first - level > config.blowup_progress * max(initial - level, 0.0)
-        ):
+        if config.regressed_start and regressed(first, level, initial, config):
             reference = level
     chance = config.chance_loss if config.chance_loss is not None else initial
     # with chance taken from the run itself, "had learned" is judged on window means only: one batch's loss
@@ -349,6 +355,16 @@ back 12%: 0.050 -> 0.074 of 0.25 -> 0.050)."""
 BLEW_UP = "loss blew up"
 NON_FINITE = "non-finite"
 """How `_reason` begins the reasons that are blow-ups (`blew_up` reads them back: one place for both)."""
+
+
+def regressed(first: float, level: float, initial: float, config: HealthConfig) -> bool:
+    """Whether a window's starting loss `first` blew up against `level`, where the run had got to: above it
+    by `blowup_factor` and giving back at least `blowup_progress` of the progress from `initial` to it."""
+    return (
+        math.isfinite(first)
+        and above(first, level, config.blowup_factor)
+        and first - level > config.blowup_progress * max(initial - level, 0.0)
+    )
 
 
 def above(loss: float, reference: float, factor: float) -> bool:

@@ -24,6 +24,7 @@ from hdet_ray.core.health import (
     blew_up,
     gave_back,
     left_best,
+    regressed,
     start_loss,
     stuck,
 )
@@ -45,7 +46,8 @@ class HealthMemory:
     best_replica: float = math.inf
     """The lowest window loss of any healthy replica in a kept window (health's `replica_learned`)."""
     kept_loss: float = math.nan
-    """The median loss of the window the rollback snapshot was last kept from (NaN: the run's start)."""
+    """The median loss of the window the rollback snapshot was last kept from (NaN: the run's start), or the
+    snapshot's own loss where a restore measured it far above that (`restored_measured`)."""
     restored: bool = False
     """The last sync rolled back to the snapshot: the run is at `kept_loss` (health's `regressed_start`)."""
     stuck_run: int = 0
@@ -69,6 +71,9 @@ class HealthMemory:
         restored = math.nan
         if self.restored:
             restored = self.kept_loss if math.isfinite(self.kept_loss) else self.initial_loss
+            first = start_loss(stats)  # the restored snapshot's own loss
+            if config.restored_measured and regressed(first, restored, self.initial_loss, config):
+                restored = self.kept_loss = first  # not the level its window was credited with
         memory = (self.previous_loss, self.best_loss, self.initial_loss, self.best_replica)
         clear = self.best_clear
         healthy, reasons = assess(stats, config, *memory, restored, self.stuck_run, self.blown, clear)

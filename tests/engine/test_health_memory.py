@@ -217,3 +217,33 @@ def test_the_health_memory_keeps_the_lowest_of_each_kept_windows_highest_healthy
     restored = HealthMemory()
     restored.load_state_dict({k: v for k, v in kept.state_dict().items() if k != "best_clear"})
     assert restored.best_clear == kept.best_loss  # an older checkpoint: the medians' rule
+
+
+def test_a_restored_snapshot_far_above_its_credited_level_is_judged_at_its_own_loss():
+    # the digits MLP on full batches from 10x too high (seed 2): window 1's replicas ended at 0.47 to 1.16,
+    # their average at 13.5; window 2 fell from 13.5 to 0.8 (window means 2.0 to 2.8), failed against 0.81
+    # and rolled back to that same average. From there each window fell from 13.5 to 0.6 again
+    from hdet_ray.core.health import ReplicaStats
+
+    def stats(first, means, tails):
+        return [
+            ReplicaStats(mean_loss=m, first_loss=first, tail_loss=t, min_loss=t, params_finite=True, count=25)
+            for m, t in zip(means, tails, strict=True)
+        ]
+
+    def after_the_rollback(config):
+        m = HealthMemory(previous_loss=0.813, best_loss=0.813, initial_loss=2.31, best_replica=0.674)
+        m.keep([0.709, 0.674, 0.813, 0.987])  # window 1: kept, its average the 13.5 state
+        m.remember([2.27, 2.44, 2.01, 2.77], [False] * 4, rolled_back=True, restored=True)  # window 2
+        return m, m.assess(stats(13.45, [1.85, 2.21, 1.92, 1.7], [0.64, 0.72, 0.6, 0.58]), config)
+
+    m, (healthy, reasons) = after_the_rollback(HealthConfig())
+    assert healthy == [True] * 4 and m.kept_loss == 13.45  # the snapshot's level from now on
+    m, (healthy, reasons) = after_the_rollback(HealthConfig(restored_measured=False))
+    assert healthy == [False] * 4 and "blew up" in reasons[0] and m.kept_loss == 0.813
+    # a restored state that starts near its credited level keeps that level, and a rise from it still fails
+    m = HealthMemory(previous_loss=0.813, best_loss=0.813, initial_loss=2.31)
+    m.keep([0.709, 0.674, 0.813, 0.987])
+    m.remember([2.27, 2.44, 2.01, 2.77], [False] * 4, rolled_back=True, restored=True)
+    healthy, _ = m.assess(stats(0.9, [2.1, 2.2, 2.0, 2.3], [2.1, 2.2, 2.0, 2.3]), HealthConfig())
+    assert healthy == [False] * 4 and m.kept_loss == 0.813
