@@ -47,7 +47,8 @@ class HealthMemory:
     """The lowest window loss of any healthy replica in a kept window (health's `replica_learned`)."""
     kept_loss: float = math.nan
     """The median loss of the window the rollback snapshot was last kept from (NaN: the run's start), or the
-    snapshot's own loss where a restore measured it far above that (`restored_measured`)."""
+    snapshot's own loss where a window restored from it measured it far above that and failed every replica
+    (`restored_measured`)."""
     restored: bool = False
     """The last sync rolled back to the snapshot: the run is at `kept_loss` (health's `regressed_start`)."""
     stuck_run: int = 0
@@ -71,12 +72,18 @@ class HealthMemory:
         restored = math.nan
         if self.restored:
             restored = self.kept_loss if math.isfinite(self.kept_loss) else self.initial_loss
-            first = start_loss(stats)  # the restored snapshot's own loss
-            if config.restored_measured and regressed(first, restored, self.initial_loss, config):
-                restored = self.kept_loss = first  # not the level its window was credited with
         memory = (self.previous_loss, self.best_loss, self.initial_loss, self.best_replica)
         clear = self.best_clear
         healthy, reasons = assess(stats, config, *memory, restored, self.stuck_run, self.blown, clear)
+        first = start_loss(stats)  # after a restore: the restored snapshot's own loss
+        if (
+            config.restored_measured
+            and not any(healthy)
+            and regressed(first, restored, self.initial_loss, config)
+        ):
+            # another rollback would restore this same state: judge the window from the level it has
+            self.kept_loss = first
+            healthy, reasons = assess(stats, config, *memory, first, self.stuck_run, self.blown, clear)
         met = all(healthy) and stuck(stats, config, *memory, self.blown, clear) is not None
         self.stuck_run = self.stuck_run + 1 if met else 0  # acted on (every replica failed): starts afresh
         self.note_blowups(reasons.values())

@@ -241,6 +241,12 @@ def test_a_restored_snapshot_far_above_its_credited_level_is_judged_at_its_own_l
     assert healthy == [True] * 4 and m.kept_loss == 13.45  # the snapshot's level from now on
     m, (healthy, reasons) = after_the_rollback(HealthConfig(restored_measured=False))
     assert healthy == [False] * 4 and "blew up" in reasons[0] and m.kept_loss == 0.813
+    # where a replica passes against the credited level the verdict stands: those that fail are left out
+    m = HealthMemory(previous_loss=1.59, best_loss=1.5, initial_loss=2.31)
+    m.keep([1.59, 2.28, 1.59, 1.5])
+    m.remember([2.77, 2.3, 3.07, 3.81], [False] * 4, rolled_back=True, restored=True)
+    healthy, reasons = m.assess(stats(7.95, [2.5, 2.63, 2.95, 3.4], [1.8, 1.9, 2.0, 3.4]), HealthConfig())
+    assert healthy == [True, True, True, False] and m.kept_loss == 1.59
     # a restored state that starts near its credited level keeps that level, and a rise from it still fails
     m = HealthMemory(previous_loss=0.813, best_loss=0.813, initial_loss=2.31)
     m.keep([0.709, 0.674, 0.813, 0.987])
