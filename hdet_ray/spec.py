@@ -238,6 +238,7 @@ class Health(_Model):
     stuck_spread: float = Field(core_default(HealthConfig, "stuck_spread"), ge=0, lt=1)
     stuck_windows: int = Field(core_default(HealthConfig, "stuck_windows"), ge=1)
     regressed_start: bool = core_default(HealthConfig, "regressed_start")
+    best_after_exclusion: bool = core_default(HealthConfig, "best_after_exclusion")
     restored_measured: bool = core_default(HealthConfig, "restored_measured")
     replica_learned: bool = core_default(HealthConfig, "replica_learned")
     stuck_after_blowup: bool = core_default(HealthConfig, "stuck_after_blowup")
@@ -266,6 +267,7 @@ class Health(_Model):
             stuck_spread=self.stuck_spread,
             stuck_windows=self.stuck_windows,
             regressed_start=self.regressed_start,
+            best_after_exclusion=self.best_after_exclusion,
             restored_measured=self.restored_measured,
             replica_learned=self.replica_learned,
             stuck_after_blowup=self.stuck_after_blowup,

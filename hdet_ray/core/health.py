@@ -87,6 +87,17 @@ class HealthConfig:
     and judged against 0.68 every window from there failed too, three rollbacks in a row and the run
     diverged. False: the reference is the larger of the start and the previous median, whatever the
     start."""
+    best_after_exclusion: bool = True
+    """`regressed_start` reads the run's best median only while some window since that best left a replica
+    out or rolled back (`HealthMemory.unsteady`); where every window since was fully healthy, the start is
+    judged against the previous window's median alone. The rule is for damage averaged in from windows that
+    excluded replicas; a loss whose level rises over windows in which every replica passed is the data's:
+    `benchmarks.unseen`'s digits MLP on a curriculum of ever noisier images (the noise growing over the first
+    400 of 500 steps) rose from a best of 0.41 to 0.9 by window 14 with every window fully healthy, each
+    window starting where the last had ended, and against that best window 14's replicas "blew up" at 0.96:
+    three rollbacks in the anneal's last six windows (seed 3, 10x too high, 2.83x of the oracle), and at
+    the oracle's rate replicas left out at windows 14 to 17 on four seeds of five. False: the lower of the
+    previous median and the best, always."""
     restored_measured: bool = True
     """Right after a rollback, the window's starting loss is the restored snapshot's own loss (the first
     step's, on the restored weights). Where it blew up against the level the snapshot was credited with (the
@@ -239,6 +250,7 @@ def assess(
     stuck_before: int = 0,
     blown: bool = False,
     clear: float = math.nan,
+    unsteady: bool = True,
 ) -> tuple[list[bool], dict[int, str]]:
     """(healthy flag per replica, reason per unhealthy replica).
 
@@ -249,7 +261,8 @@ def assess(
     `stuck_before`: how many windows in a row before this one met the stuck rule (`stuck_windows`);
     `blown`: a replica blew up in an earlier window of the run (`stuck_after_blowup`);
     `clear`: the lowest, over kept windows, of the highest healthy replica loss (`progress_all_replicas`;
-    NaN: not known, the medians alone say whether the run has moved).
+    NaN: not known, the medians alone say whether the run has moved);
+    `unsteady`: a window since the run's best left a replica out or rolled back (`best_after_exclusion`).
     """
     first = start_loss(stats)
     reference = first
@@ -257,7 +270,8 @@ def assess(
         initial = first
     if math.isfinite(previous):
         reference = max(first, previous) if math.isfinite(first) else previous
-        level = min(previous, best) if math.isfinite(best) else previous  # where the run had got to
+        reads_best = math.isfinite(best) and (unsteady or not config.best_after_exclusion)
+        level = min(previous, best) if reads_best else previous  # where the run had got to
         if math.isfinite(restored):
             level = restored  # a rollback put it back there
         if config.regressed_start and regressed(first, level, initial, config):

@@ -60,6 +60,9 @@ class HealthMemory:
     best_clear: float = math.inf
     """The lowest, over kept windows, of the highest healthy replica loss: below the initial loss, a whole
     window's replicas were below the untrained level (health's `progress_all_replicas`)."""
+    unsteady: bool = True
+    """A window since the one that set `best_loss` left a replica out or rolled back (health's
+    `best_after_exclusion`); True until a fully healthy window sets a best."""
 
     def assess(
         self, stats: Sequence[ReplicaStats], config: HealthConfig | None
@@ -74,7 +77,8 @@ class HealthMemory:
             restored = self.kept_loss if math.isfinite(self.kept_loss) else self.initial_loss
         memory = (self.previous_loss, self.best_loss, self.initial_loss, self.best_replica)
         clear = self.best_clear
-        healthy, reasons = assess(stats, config, *memory, restored, self.stuck_run, self.blown, clear)
+        rest = (self.stuck_run, self.blown, clear, self.unsteady)
+        healthy, reasons = assess(stats, config, *memory, restored, *rest)
         first = start_loss(stats)  # after a restore: the restored snapshot's own loss
         if (
             config.restored_measured
@@ -83,7 +87,7 @@ class HealthMemory:
         ):
             # another rollback would restore this same state: judge the window from the level it has
             self.kept_loss = first
-            healthy, reasons = assess(stats, config, *memory, first, self.stuck_run, self.blown, clear)
+            healthy, reasons = assess(stats, config, *memory, first, *rest)
         met = all(healthy) and stuck(stats, config, *memory, self.blown, clear) is not None
         self.stuck_run = self.stuck_run + 1 if met else 0  # acted on (every replica failed): starts afresh
         self.note_blowups(reasons.values())
@@ -136,9 +140,13 @@ class HealthMemory:
         self.restored = restored
         if restored:
             self.blown = False
+        if rolled_back or not all(healthy):
+            self.unsteady = True
         kept = sorted(x for x, ok in zip(losses, healthy, strict=True) if ok and math.isfinite(x))
         if kept and not rolled_back:
             self.previous_loss = kept[len(kept) // 2]
+            if self.previous_loss < self.best_loss and all(healthy):
+                self.unsteady = False
             self.best_loss = min(self.best_loss, self.previous_loss)
             self.best_replica = min(self.best_replica, kept[0])
             self.best_clear = min(self.best_clear, kept[-1])
@@ -154,6 +162,7 @@ class HealthMemory:
             "stuck_run": float(self.stuck_run),
             "blown": float(self.blown),
             "best_clear": self.best_clear,
+            "unsteady": float(self.unsteady),
         }
 
     def load_state_dict(self, state: dict[str, float]) -> None:
@@ -168,6 +177,7 @@ class HealthMemory:
         self.best_clear = float(
             state.get("best_clear", self.best_loss)
         )  # older checkpoints: the medians' rule
+        self.unsteady = bool(state.get("unsteady", 1.0))  # older checkpoints: the best always counts
 
 
 @dataclass

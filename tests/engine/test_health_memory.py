@@ -253,3 +253,40 @@ def test_a_restored_snapshot_far_above_its_credited_level_is_judged_at_its_own_l
     m.remember([2.27, 2.44, 2.01, 2.77], [False] * 4, rolled_back=True, restored=True)
     healthy, _ = m.assess(stats(0.9, [2.1, 2.2, 2.0, 2.3], [2.1, 2.2, 2.0, 2.3]), HealthConfig())
     assert healthy == [False] * 4 and m.kept_loss == 0.813
+
+
+def test_a_level_that_rose_over_fully_healthy_windows_is_not_judged_against_the_best():
+    # the digits MLP on a curriculum of ever noisier images (10x too high, seed 3): best median 0.41, every
+    # window since fully healthy, window 13 at 0.89; window 14 started at 0.913 and its replicas ended the
+    # window near 0.82-0.96, where the data had got harder, not where an average had broken the model
+    from hdet_ray.core.health import ReplicaStats
+
+    window = [
+        ReplicaStats(mean_loss=x, first_loss=0.913, tail_loss=x, min_loss=x, params_finite=True, count=25)
+        for x in (0.947, 0.956, 0.825, 0.818)
+    ]
+
+    def memory_after(windows):
+        m = HealthMemory(initial_loss=2.31)
+        for losses, healthy, rolled_back in windows:
+            m.remember(losses, healthy, rolled_back, rolled_back)
+        return m
+
+    steady = [([0.42, 0.4, 0.41, 0.43], [True] * 4, False), ([0.9, 0.88, 0.89, 0.91], [True] * 4, False)]
+    m = memory_after(steady)
+    assert not m.unsteady and m.assess(window, HealthConfig())[0] == [True] * 4
+    assert m.assess(window, HealthConfig(best_after_exclusion=False))[0] == [False, False, True, True]
+    # a window since the best that left a replica out: the best counts again (damage may have come in)
+    left_out = [*steady[:1], ([0.9, 0.88, 0.89, 3.0], [True, True, True, False], False), steady[1]]
+    assert memory_after(left_out).unsteady
+    assert memory_after(left_out).assess(window, HealthConfig())[0] == [False, False, True, True]
+    rolled_back = [*steady[:1], ([0.9, 0.88, 0.89, 0.91], [False] * 4, True)]
+    assert memory_after(rolled_back).unsteady
+    # a fully healthy window that sets a new best clears it; a checkpoint from before the flag reads True
+    assert not memory_after([*left_out, ([0.3, 0.31, 0.29, 0.3], [True] * 4, False)]).unsteady
+    old = {k: v for k, v in m.state_dict().items() if k != "unsteady"}
+    resumed = HealthMemory()
+    resumed.load_state_dict(old)
+    assert resumed.unsteady
+    resumed.load_state_dict(m.state_dict())
+    assert not resumed.unsteady
