@@ -51,7 +51,9 @@ under AdamW with `amsgrad=True`), then `small_targets` (the regression with targ
 smaller, not standardised; Adam) and `full_batch` (the digits MLP on each rank's whole share every step, no
 sampling noise; SGD + momentum), then `curriculum` (the digits MLP on training images whose noise grows over
 the run, so the training loss rises by design; SGD + momentum) and `tabular_adadelta` (the tabular classifier
-under Adadelta, whose step is the rate times a ratio of running averages).
+under Adadelta, whose step is the rate times a ratio of running averages), then `tiny_batch` (the digits MLP
+at 2 images a rank a step: a gradient and a loss dominated by sampling noise; SGD + momentum) and
+`tabular_plain_sgd` (the tabular classifier under SGD with no momentum).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1614,7 +1616,8 @@ class Workload:
     get `cycle_momentum=False`), 'radam' or 'adamax' (torch's defaults; OneCycle cycles their beta1),
     'amsgrad' (AdamW as 'adamw' with `amsgrad=True`: its state keeps the second moment's running maximum),
     'adadelta' (torch's defaults, `lr=1.0` its documented rate; no momentum to cycle: a step of the rate times
-    the ratio of two running averages, the past steps' and the gradients' root mean squares)."""
+    the ratio of two running averages, the past steps' and the gradients' root mean squares), 'sgd_plain'
+    (SGD with no momentum; both schedulers get `cycle_momentum=False`, which would otherwise switch it on)."""
     steps: int
     sync_every: int
 
@@ -1639,6 +1642,8 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
         return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
     if kind == "adagrad":
         return torch.optim.Adagrad(params, lr=lr)
+    if kind == "sgd_plain":
+        return torch.optim.SGD(params, lr=lr)
     if kind == "adadelta":
         return torch.optim.Adadelta(params, lr=lr)
     if kind == "radam":
@@ -1714,6 +1719,8 @@ TASKS = {
     "full_batch": (DigitsFullBatch, {}, "sgd"),
     "curriculum": (DigitsCurriculum, {}, "sgd"),
     "tabular_adadelta": (Tabular, {}, "adadelta"),
+    "tiny_batch": (Digits, {"batch_size": 2}, "sgd"),
+    "tabular_plain_sgd": (Tabular, {}, "sgd_plain"),
 }
 
 
@@ -1793,7 +1800,9 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     unused = {"find_unused_parameters": True} if getattr(task, "ddp_unused", False) else {}
     # OneCycle cycles a momentum or beta1 by default and refuses an optimizer with neither (Adagrad): such a
     # user passes cycle_momentum=False, to both schedulers
-    cycles = {"cycle_momentum": False} if not {"momentum", "betas"} & set(optimizer.defaults) else {}
+    # (and so does one whose SGD has no momentum: cycling it would switch momentum on)
+    plain = isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"] == 0
+    cycles = {"cycle_momentum": False} if plain or not {"momentum", "betas"} & set(optimizer.defaults) else {}
     hdet = None
     if arm == "hdet":
         from hdet_ray import HDETDivergedError, HDETOneCycleLR

@@ -19,7 +19,7 @@ def test_a_workload_builds_and_its_loss_and_metric_are_finite(name, tmp_path, mo
     assert loss.dim() == 0 and math.isfinite(loss.item())
     assert math.isfinite(task.evaluate(model)[task.metric])
     kinds = {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam", "adamax", "amsgrad"}
-    kinds |= {"adadelta"}
+    kinds |= {"adadelta", "sgd_plain"}
     assert optimizer in kinds
     workloads.make_optimizer(optimizer, model.parameters(), 1e-3)
 
@@ -340,3 +340,21 @@ def test_the_curriculum_adds_noise_that_grows_to_its_final_level_and_validates_a
     assert task.evaluate(model)["val_loss"] != workloads.Digits().evaluate(model)["val_loss"]
     _, kind = workloads.build("tabular_adadelta")
     assert isinstance(workloads.make_optimizer(kind, model.parameters(), 1.0), torch.optim.Adadelta)
+
+
+def test_the_tiny_batch_takes_two_images_and_plain_sgd_keeps_no_momentum_under_onecycle(tmp_path):
+    task, optimizer = workloads.build("tiny_batch")
+    assert optimizer == "sgd" and len(next(task.batches(0, 4, 0))[1]) == 2
+    job = {"workload": "tabular_plain_sgd", "steps": 4, "sync_every": 2, "max_lr": 0.1, "seed": 0}
+    for arm in ("fixed", "hdet"):
+        seen = []
+        real = torch.optim.SGD.step
+
+        def step(self, *args, real=real, seen=seen, **kwargs):
+            seen.append(self.param_groups[0]["momentum"])
+            return real(self, *args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch.optim.SGD, "step", step)
+            out = workloads.run(0, 1, {**job, "arm": arm})
+        assert seen == [0] * 4 and math.isfinite(out["metric"])  # OneCycle did not switch momentum on
