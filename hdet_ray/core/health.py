@@ -95,9 +95,9 @@ class HealthConfig:
     `benchmarks.unseen`'s digits MLP on a curriculum of ever noisier images (the noise growing over the first
     400 of 500 steps) rose from a best of 0.41 to 0.9 by window 14 with every window fully healthy, each
     window starting where the last had ended, and against that best window 14's replicas "blew up" at 0.96:
-    three rollbacks in the anneal's last six windows (seed 3, 10x too high, 2.83x of the oracle), and at
-    the oracle's rate replicas left out at windows 14 to 17 on four seeds of five. False: the lower of the
-    previous median and the best, always."""
+    three rollbacks in the anneal's last six windows (seed 3, 10x too high, 2.83x of the oracle; 1.16x with
+    the rule), and one or two replicas left out at windows 14 to 17 in five other runs of that family, at
+    every start. False: the lower of the previous median and the best, always."""
     restored_measured: bool = True
     """Right after a rollback, the window's starting loss is the restored snapshot's own loss (the first
     step's, on the restored weights). Where it blew up against the level the snapshot was credited with (the
