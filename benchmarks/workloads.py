@@ -79,7 +79,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import OneCycleLR
 
-from hdet_ray.tasks import ByteLM, Digits, Task, _digits
+from hdet_ray.tasks import ByteLM, Digits, Task
 
 
 @dataclass
@@ -140,7 +140,7 @@ class DigitsAutoencoder(Digits):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x = _digits()[0][: self.validation]  # the digits' fixed split: the images Digits holds out
+        x = self.validation_set()[0]  # the images Digits holds out
         return {"val_loss": float(nn.functional.mse_loss(model(x), x))}
 
 
@@ -978,7 +978,7 @@ class DigitsContrastive(Digits):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x = _digits()[0][: self.validation]  # the digits' fixed split: the images Digits holds out
+        x = self.validation_set()[0]  # the images Digits holds out
         g = torch.Generator().manual_seed(0)
         a, b = _shifted_views(x, g, self.noise), _shifted_views(x, g, self.noise)
         n = self.batch_size
@@ -1318,7 +1318,7 @@ class DigitsVAE(Digits):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x = _digits()[0][: self.validation].repeat(self.draws, 1)
+        x = self.validation_set()[0].repeat(self.draws, 1)
         eps = torch.randn(len(x), self.code, generator=torch.Generator().manual_seed(1))
         entropy = nn.functional.binary_cross_entropy(x, x, reduction="none").sum(1).mean()
         return {"val_loss": float(_negative_elbo(model(x, eps), x) - entropy)}
@@ -1390,19 +1390,9 @@ class DigitsCurriculum(Digits):
             level = self.noise * min(1.0, i / self.ramp)
             yield x + level * torch.randn(x.shape, generator=g), y
 
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x, y = _digits()
-        x, y = x[: self.validation], y[: self.validation]
-        x = x + self.noise * torch.randn(x.shape, generator=torch.Generator().manual_seed(20261206))
-        was_training = model.training
-        model.eval()
-        logits = model(x)
-        model.train(was_training)
-        return {
-            "val_loss": float(nn.functional.cross_entropy(logits, y)),
-            "val_accuracy": float((logits.argmax(1) == y).float().mean()),
-        }
+    def validation_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = super().validation_set()
+        return x + self.noise * torch.randn(x.shape, generator=torch.Generator().manual_seed(20261206)), y
 
 
 @dataclass
