@@ -185,7 +185,7 @@ def test_the_vae_draws_its_noise_per_rank_and_step_and_its_metric_leaves_out_the
     assert task.evaluate(model)["val_loss"] == task.evaluate(model)["val_loss"]  # held-out noise fixed once
     # a perfect reconstruction of the held-out images with a code at the prior scores only their KL: the
     # pixels' own entropy, which no model can remove, is not in the metric
-    images = workloads._digits()[0][: task.validation].repeat(task.draws, 1)
+    images = task.validation_set()[0].repeat(task.draws, 1)
     logits = torch.logit(images.clamp(1e-6, 1 - 1e-6))
     zeros = torch.zeros(len(images), task.code)
     entropy = torch.nn.functional.binary_cross_entropy(images, images, reduction="none").sum(1).mean()
