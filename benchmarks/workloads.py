@@ -53,7 +53,9 @@ sampling noise; SGD + momentum), then `curriculum` (the digits MLP on training i
 the run, so the training loss rises by design; SGD + momentum) and `tabular_adadelta` (the tabular classifier
 under Adadelta, whose step is the rate times a ratio of running averages), then `tiny_batch` (the digits MLP
 at 2 images a rank a step: a gradient and a loss dominated by sampling noise; SGD + momentum) and
-`tabular_plain_sgd` (the tabular classifier under SGD with no momentum).
+`tabular_plain_sgd` (the tabular classifier under SGD with no momentum), then `mlp_bf16` (the digits MLP
+under bfloat16 autocast; SGD + momentum) and `reverse` (a transformer encoder reversing sequences of tokens:
+a loss on a plateau until a sudden phase transition; Adam).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1653,6 +1655,71 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
     raise ValueError(f"unknown optimizer {kind!r}")
 
 
+@dataclass
+class DigitsBF16(Digits):
+    """The digits MLP (SGD + momentum, the quality benchmark's `mlp`) trained under bfloat16 autocast, as
+    most GPU scripts now train (`torch.autocast`, here the CPU's): the forward pass's matrix products run in
+    bfloat16 (8 bits of mantissa), the weights, gradients' accumulation and optimizer state stay float32,
+    and the loss is computed under the autocast too. Validated in float32."""
+
+    name: str = field(default="digits_bf16", init=False)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return super().loss(model, batch)
+
+
+class _SequenceTransformer(nn.Module):
+    """Token embedding plus a learned position embedding, pre-norm encoder layers (no mask: every position
+    sees the whole sequence), a final LayerNorm and a linear head per position."""
+
+    def __init__(self, vocab: int, length: int, dim: int, heads: int, layers: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.position = nn.Parameter(0.02 * torch.randn(length, dim))
+        layer = nn.TransformerEncoderLayer(
+            dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.encoder(self.embed(x) + self.position)))
+
+
+@dataclass
+class Reverse(_Synthetic):
+    """An algorithmic task: reverse a sequence of 12 tokens drawn uniformly from 10 symbols, a transformer
+    encoder (2 pre-norm layers of width 32, 2 heads) predicting every output position at once; per-token
+    cross-entropy, metric held-out cross-entropy. Its loss sits on a plateau (about 1.9, below ln 10 = 2.30
+    as the middle positions are learned) until attention finds the mirrored position, then drops to near
+    zero within a few dozen steps: a phase transition whose timing the rate sets, and a rate too low may not
+    reach it in the run. No chance level is named."""
+
+    vocab: int = 10
+    length: int = 12
+    dim: int = 32
+    heads: int = 2
+    layers: int = 2
+    name: str = field(default="reverse", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    @staticmethod
+    def criterion(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(out.flatten(0, 1), y.flatten())
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        x = torch.randint(0, self.vocab, (n, self.length), generator=g)
+        return x, x.flip(1)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _SequenceTransformer(self.vocab, self.length, self.dim, self.heads, self.layers)
+
+
 SMALL_BYTES = {"context": 32, "dim": 32, "val_bytes": 16_384}
 """The byte-level models' size in the benchmarks (the LM adds its heads): small enough for 2 CPU cores."""
 
@@ -1711,6 +1778,8 @@ TASKS = {
     "tabular_adadelta": (Tabular, {}, "adadelta"),
     "tiny_batch": (Digits, {"batch_size": 2}, "sgd"),
     "tabular_plain_sgd": (Tabular, {}, "sgd_plain"),
+    "mlp_bf16": (DigitsBF16, {}, "sgd"),
+    "reverse": (Reverse, {}, "adam"),
 }
 
 

@@ -358,3 +358,23 @@ def test_the_tiny_batch_takes_two_images_and_plain_sgd_keeps_no_momentum_under_o
             mp.setattr(torch.optim.SGD, "step", step)
             out = workloads.run(0, 1, {**job, "arm": arm})
         assert seen == [0] * 4 and math.isfinite(out["metric"])  # OneCycle did not switch momentum on
+
+
+def test_the_bf16_mlp_runs_its_forward_pass_in_bfloat16_and_reverse_targets_the_mirrored_sequence():
+    task, optimizer = workloads.build("mlp_bf16")
+    model, batch = task.model(0), next(task.batches(0, 4, 0))
+    seen = []
+    model[0].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    loss = task.loss(model, batch)
+    full = workloads.Digits().loss(model, batch)
+    assert seen == [torch.bfloat16, torch.float32] and optimizer == "sgd"
+    assert loss.item() != full.item() and loss.item() == pytest.approx(full.item(), rel=0.02)
+    loss.backward()
+    assert all(p.grad.dtype == torch.float32 for p in model.parameters())  # the weights stay float32
+    rev, optimizer = workloads.build("reverse")
+    x, y = next(rev.batches(0, 4, 0))
+    assert optimizer == "adam" and x.shape == (32, 12) and torch.equal(y, x.flip(1))
+    out = rev.model(0)(x)
+    assert out.shape == (32, 12, 10)
+    first = rev.evaluate(rev.model(0))["val_loss"]
+    assert 2.0 < first < 3.0  # near ln 10 at the initial weights
