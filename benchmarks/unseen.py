@@ -1,6 +1,6 @@
 """Unseen: the HDET defaults on model and data families no default was chosen on, in the issue's setting.
 
-    python -m benchmarks.unseen            # 48 workloads: 500 steps, 3 seeds (~6 hours, 2 cores)
+    python -m benchmarks.unseen            # 50 workloads: 500 steps, 3 seeds (~6 hours, 2 cores)
     python -m benchmarks.unseen --seeds 3 4   # more seeds (resumes; the oracle stays that of seeds 0 to 2)
     python -m benchmarks.unseen --quick    # softmax at 20 steps, 1 seed: checks that it runs
 
@@ -48,7 +48,9 @@ of ever noisier images (a training loss that rises by design; SGD + momentum) an
 under Adadelta (its documented rate 1.0), then the digits MLP at 2 images a rank a step (a loss and a
 gradient dominated by sampling noise; SGD + momentum) and the tabular classifier under SGD with no momentum,
 then the digits MLP under bfloat16 autocast (SGD + momentum) and a transformer encoder reversing sequences
-of tokens (a loss on a plateau until a sudden phase transition; Adam).
+of tokens (a loss on a plateau until a sudden phase transition; Adam), then the digits MLP on the
+multi-class hinge loss (window losses that reach exactly zero; SGD + momentum) and the digits as a contextual
+bandit trained by REINFORCE (a surrogate loss around zero, either sign, that measures nothing; Adam).
 The setting is the issue's: 500 steps, the README's three-line
 change with the defaults (its sync period at 500 steps is 25, the value the jobs
 pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload
@@ -118,6 +120,8 @@ CENTRE = {
     "tabular_plain_sgd": 0.1,
     "mlp_bf16": 0.1,
     "reverse": 1e-3,
+    "hinge": 0.1,
+    "bandit": 1e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

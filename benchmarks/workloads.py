@@ -55,7 +55,9 @@ under Adadelta, whose step is the rate times a ratio of running averages), then 
 at 2 images a rank a step: a gradient and a loss dominated by sampling noise; SGD + momentum) and
 `tabular_plain_sgd` (the tabular classifier under SGD with no momentum), then `mlp_bf16` (the digits MLP
 under bfloat16 autocast; SGD + momentum) and `reverse` (a transformer encoder reversing sequences of tokens:
-a loss on a plateau until a sudden phase transition; Adam).
+a loss on a plateau until a sudden phase transition; Adam), then `hinge` (the digits MLP on the
+multi-class hinge loss, which reaches exactly zero; SGD + momentum) and `bandit` (the digits as a contextual
+bandit trained by REINFORCE: a surrogate loss around zero that measures nothing; Adam).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1669,6 +1671,50 @@ class DigitsBF16(Digits):
             return super().loss(model, batch)
 
 
+@dataclass
+class DigitsHinge(Digits):
+    """The digits MLP (SGD + momentum) trained on the multi-class hinge loss (`multi_margin_loss`: a
+    support vector machine's, margin 1) instead of a cross-entropy: a batch whose every margin is met has a
+    loss of exactly zero, and the training set is separable, so window losses head for zero and can reach
+    it. Metric: the held-out hinge loss."""
+
+    name: str = field(default="digits_hinge", init=False)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.multi_margin_loss(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x, y = self.validation_set()
+        out = model(x)
+        return {
+            "val_loss": float(nn.functional.multi_margin_loss(out, y)),
+            "val_accuracy": float((out.argmax(1) == y).float().mean()),
+        }
+
+
+@dataclass
+class DigitsBandit(Digits):
+    """The digits as a contextual bandit trained by REINFORCE, as a policy gradient is written: the MLP is a
+    policy over the 10 classes, each image's action is sampled from it (the global generator, seeded per
+    rank), the reward is 1 for the right class, and the loss is the surrogate -(reward - the batch's mean
+    reward) x log-probability of the action. That loss is not the objective: its value hovers around zero,
+    either sign, whatever the policy's quality (the baseline centres it), so the window losses carry no level
+    to judge progress or a blow-up by; only its gradient means anything. Metric: the held-out
+    cross-entropy of the policy against the right class (minus the log-probability it gives the action that
+    earns the reward)."""
+
+    name: str = field(default="digits_bandit", init=False)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        logp = nn.functional.log_softmax(model(x), 1)
+        action = torch.multinomial(logp.detach().exp(), 1).squeeze(1)
+        reward = (action == y).float()
+        return -((reward - reward.mean()) * logp.gather(1, action[:, None]).squeeze(1)).mean()
+
+
 class _SequenceTransformer(nn.Module):
     """Token embedding plus a learned position embedding, pre-norm encoder layers (no mask: every position
     sees the whole sequence), a final LayerNorm and a linear head per position."""
@@ -1780,6 +1826,8 @@ TASKS = {
     "tabular_plain_sgd": (Tabular, {}, "sgd_plain"),
     "mlp_bf16": (DigitsBF16, {}, "sgd"),
     "reverse": (Reverse, {}, "adam"),
+    "hinge": (DigitsHinge, {}, "sgd"),
+    "bandit": (DigitsBandit, {}, "adam"),
 }
 
 

@@ -378,3 +378,24 @@ def test_the_bf16_mlp_runs_its_forward_pass_in_bfloat16_and_reverse_targets_the_
     assert out.shape == (32, 12, 10)
     first = rev.evaluate(rev.model(0))["val_loss"]
     assert 2.0 < first < 3.0  # near ln 10 at the initial weights
+
+
+def test_the_hinge_loss_reaches_zero_and_the_bandit_loss_is_a_centred_surrogate():
+    task, optimizer = workloads.build("hinge")
+    model = task.model(0)
+    x, y = next(task.batches(0, 4, 0))
+    with torch.no_grad():
+        model[-1].weight.zero_()
+        model[-1].bias.zero_()
+        assert task.loss(model, (x, y)).item() == pytest.approx(0.9)  # every margin missed by 1, 9 of 10
+        model[-1].bias.copy_(torch.nn.functional.one_hot(y[0], 10) * 2.0)
+        assert task.loss(model, (x[y == y[0]], y[y == y[0]])).item() == 0.0  # every margin met
+    assert optimizer == "sgd" and set(task.evaluate(model)) == {"val_loss", "val_accuracy"}
+    bandit, optimizer = workloads.build("bandit")
+    policy = bandit.model(0)
+    torch.manual_seed(0)
+    losses = [bandit.loss(policy, next(bandit.batches(0, 4, 0))).item() for _ in range(20)]
+    assert optimizer == "adam" and min(losses) < 0.0 < max(losses) and abs(sum(losses) / 20) < 0.1
+    loss = bandit.loss(policy, (x, y))
+    loss.backward()
+    assert all(p.grad is not None for p in policy.parameters())
