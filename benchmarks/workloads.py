@@ -57,7 +57,8 @@ at 2 images a rank a step: a gradient and a loss dominated by sampling noise; SG
 under bfloat16 autocast; SGD + momentum) and `reverse` (a transformer encoder reversing sequences of tokens:
 a loss on a plateau until a sudden phase transition; Adam), then `hinge` (the digits MLP on the
 multi-class hinge loss, which reaches exactly zero; SGD + momentum) and `bandit` (the digits as a contextual
-bandit trained by REINFORCE: a surrogate loss around zero that measures nothing; Adam).
+bandit trained by REINFORCE: a surrogate loss around zero that measures nothing; Adam), and
+`bandit_miss` (the bandit reporting its miss rate, 1 - the mean reward, to HDET instead of the surrogate).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1705,6 +1706,9 @@ class DigitsBandit(Digits):
     cross-entropy of the policy against the right class (minus the log-probability it gives the action that
     earns the reward)."""
 
+    report_miss: bool = False
+    """Report to HDET 1 - the batch's mean reward (the sampled actions' error rate: a level that means
+    quality) instead of the surrogate; the surrogate is back-propagated either way."""
     name: str = field(default="digits_bandit", init=False)
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
@@ -1712,7 +1716,12 @@ class DigitsBandit(Digits):
         logp = nn.functional.log_softmax(model(x), 1)
         action = torch.multinomial(logp.detach().exp(), 1).squeeze(1)
         reward = (action == y).float()
+        self._miss = 1.0 - reward.mean()
         return -((reward - reward.mean()) * logp.gather(1, action[:, None]).squeeze(1)).mean()
+
+    def reported(self, loss: torch.Tensor) -> torch.Tensor:
+        """What the user gives `step(loss=...)`: the surrogate, or with `report_miss` the step's miss rate."""
+        return self._miss if self.report_miss else loss
 
 
 class _SequenceTransformer(nn.Module):
@@ -1828,6 +1837,7 @@ TASKS = {
     "reverse": (Reverse, {}, "adam"),
     "hinge": (DigitsHinge, {}, "sgd"),
     "bandit": (DigitsBandit, {}, "adam"),
+    "bandit_miss": (DigitsBandit, {"report_miss": True}, "adam"),
 }
 
 
@@ -1951,7 +1961,8 @@ def run(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
                     hdet.state.in_window + 1 == hdet.sync_every or i == steps - 1
                 ):
                     replica_val.append(_replica_validation(task, model, hdet.multipliers["lr"], world))
-                hdet.step(loss=loss)
+                # the loss the user reports: the task's own choice where it has one (a policy gradient's)
+                hdet.step(loss=task.reported(loss) if hasattr(task, "reported") else loss)
                 if i == steps - 1:
                     hdet.finish()
                 if job.get("validate_every_window") and hdet.window != window and rank == 0:

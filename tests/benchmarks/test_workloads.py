@@ -399,3 +399,19 @@ def test_the_hinge_loss_reaches_zero_and_the_bandit_loss_is_a_centred_surrogate(
     loss = bandit.loss(policy, (x, y))
     loss.backward()
     assert all(p.grad is not None for p in policy.parameters())
+
+
+def test_the_bandit_reports_its_miss_rate_where_asked_and_backpropagates_the_surrogate_either_way():
+    task, _ = workloads.build("bandit_miss")
+    policy = task.model(0)
+    torch.manual_seed(0)
+    batch = next(task.batches(0, 4, 0))
+    loss = task.loss(policy, batch)
+    miss = task.reported(loss)
+    assert 0.0 <= miss.item() <= 1.0 and miss.item() > 0.5  # a near-uniform policy misses about 90%
+    assert loss.requires_grad and not miss.requires_grad
+    plain, _ = workloads.build("bandit")
+    assert plain.reported(loss) is loss
+    job = {"workload": "bandit_miss", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
+    out = workloads.run(0, 1, job)
+    assert [0.0 <= r["losses"][0] <= 1.0 for r in out["records"]] == [True, True]
