@@ -1,6 +1,6 @@
 """Unseen: the HDET defaults on model and data families no default was chosen on, in the issue's setting.
 
-    python -m benchmarks.unseen            # 51 workloads: 500 steps, 3 seeds (~6 hours, 2 cores)
+    python -m benchmarks.unseen            # 53 workloads: 500 steps, 3 seeds (~6 hours, 2 cores)
     python -m benchmarks.unseen --seeds 3 4   # more seeds (resumes; the oracle stays that of seeds 0 to 2)
     python -m benchmarks.unseen --quick    # softmax at 20 steps, 1 seed: checks that it runs
 
@@ -51,7 +51,8 @@ then the digits MLP under bfloat16 autocast (SGD + momentum) and a transformer e
 of tokens (a loss on a plateau until a sudden phase transition; Adam), then the digits MLP on the
 multi-class hinge loss (window losses that reach exactly zero; SGD + momentum) and the digits as a contextual
 bandit trained by REINFORCE (a surrogate loss around zero, either sign, that measures nothing; Adam), and
-the same bandit reporting its miss rate (1 - the mean reward) to HDET instead of the surrogate.
+the same bandit reporting its miss rate (1 - the mean reward) to HDET instead of the surrogate, then the
+byte LM with dropout 0.1 (AdamW) and the physics-informed network in float64 (Adam).
 The setting is the issue's: 500 steps, the README's three-line
 change with the defaults (its sync period at 500 steps is 25, the value the jobs
 pass), 4 gloo processes. The plan was fixed before any of it ran: the grid's middle rate per workload
@@ -124,6 +125,8 @@ CENTRE = {
     "hinge": 0.1,
     "bandit": 1e-3,
     "bandit_miss": 1e-3,
+    "lm_dropout": 3e-3,
+    "poisson64": 1e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -58,7 +58,9 @@ under bfloat16 autocast; SGD + momentum) and `reverse` (a transformer encoder re
 a loss on a plateau until a sudden phase transition; Adam), then `hinge` (the digits MLP on the
 multi-class hinge loss, which reaches exactly zero; SGD + momentum) and `bandit` (the digits as a contextual
 bandit trained by REINFORCE: a surrogate loss around zero that measures nothing; Adam), and
-`bandit_miss` (the bandit reporting its miss rate, 1 - the mean reward, to HDET instead of the surrogate).
+`bandit_miss` (the bandit reporting its miss rate, 1 - the mean reward, to HDET instead of the surrogate),
+then `lm_dropout` (the byte LM with dropout 0.1; AdamW) and `poisson64` (the physics-informed network in
+float64; Adam).
 
 `run(rank, world, job)` is a `benchmarks.pool` job function: every rank trains one replica; rank 0 returns the
 final validation metric of the (identical, or converged) model, plus the HDET trajectory when there is one
@@ -1590,13 +1592,28 @@ class Poisson(Task):
         u = model(x)
         (du,) = torch.autograd.grad(u.sum(), x, create_graph=True)
         (d2u,) = torch.autograd.grad(du.sum(), x, create_graph=True)
-        boundary = model(torch.tensor([[0.0], [1.0]]))
+        boundary = model(torch.tensor([[0.0], [1.0]], dtype=batch.dtype))
         return (d2u - self.source(x)).pow(2).mean() + boundary.pow(2).mean()
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x = torch.linspace(0.0, 1.0, 1024).unsqueeze(1)
+        x = torch.linspace(0.0, 1.0, 1024, dtype=next(model.parameters()).dtype).unsqueeze(1)
         return {"val_loss": float(nn.functional.mse_loss(model(x), self.solution(x)))}
+
+
+@dataclass
+class Poisson64(Poisson):
+    """The physics-informed network above in float64, as such networks are often trained: weights,
+    collocation points, gradients and Adam's state in double precision (HDET's buckets, hypergradient copy
+    and snapshots then hold float64)."""
+
+    name: str = field(default="poisson64", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        return super().model(seed).double()
+
+    def batches(self, rank: int, replicas: int, seed: int) -> Iterator[torch.Tensor]:
+        return (x.double() for x in super().batches(rank, replicas, seed))
 
 
 @dataclass(frozen=True)
@@ -1724,6 +1741,23 @@ class DigitsBandit(Digits):
         return self._miss if self.report_miss else loss
 
 
+@dataclass
+class ByteLMDropout(ByteLM):
+    """The byte-level transformer LM (the quality benchmark's `lm`, AdamW) with dropout 0.1 in every
+    attention and feed-forward block, as GPT-2-style training scripts set it: each step's loss carries the
+    masks' noise, and validation runs with dropout off."""
+
+    dropout: float = 0.1
+    name: str = field(default="bytelm_dropout", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        net = super().model(seed)
+        for m in net.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = self.dropout
+        return net
+
+
 class _SequenceTransformer(nn.Module):
     """Token embedding plus a learned position embedding, pre-norm encoder layers (no mask: every position
     sees the whole sequence), a final LayerNorm and a linear head per position."""
@@ -1838,6 +1872,8 @@ TASKS = {
     "hinge": (DigitsHinge, {}, "sgd"),
     "bandit": (DigitsBandit, {}, "adam"),
     "bandit_miss": (DigitsBandit, {"report_miss": True}, "adam"),
+    "lm_dropout": (ByteLMDropout, {**SMALL_BYTES, "heads": 2}, "adamw"),
+    "poisson64": (Poisson64, {}, "adam"),
 }
 
 

@@ -415,3 +415,24 @@ def test_the_bandit_reports_its_miss_rate_where_asked_and_backpropagates_the_sur
     job = {"workload": "bandit_miss", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
     out = workloads.run(0, 1, job)
     assert [0.0 <= r["losses"][0] <= 1.0 for r in out["records"]] == [True, True]
+
+
+def test_the_lm_with_dropout_drops_while_training_only_and_the_float64_pinn_is_float64_throughout():
+    task, optimizer = workloads.build("lm_dropout")
+    model = task.model(0)
+    rates = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)}
+    assert optimizer == "adamw" and rates == {0.1}
+    batch = next(task.batches(0, 4, 0))
+    torch.manual_seed(0)
+    assert task.loss(model, batch).item() != task.loss(model, batch).item()  # a new mask each step
+    assert task.evaluate(model) == task.evaluate(model)  # validation with dropout off
+    pinn, optimizer = workloads.build("poisson64")
+    net = pinn.model(0)
+    x = next(pinn.batches(0, 4, 0))
+    loss = pinn.loss(net, x)
+    loss.backward()
+    assert optimizer == "adam" and x.dtype == loss.dtype == torch.float64
+    assert all(p.dtype == p.grad.dtype == torch.float64 for p in net.parameters())
+    assert math.isfinite(pinn.evaluate(net)["val_loss"])
+    job = {"workload": "poisson64", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
+    assert math.isfinite(workloads.run(0, 1, job)["metric"])
