@@ -1697,19 +1697,7 @@ class DigitsHinge(Digits):
     it. Metric: the held-out hinge loss."""
 
     name: str = field(default="digits_hinge", init=False)
-
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        x, y = batch
-        return nn.functional.multi_margin_loss(model(x), y)
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        x, y = self.validation_set()
-        out = model(x)
-        return {
-            "val_loss": float(nn.functional.multi_margin_loss(out, y)),
-            "val_accuracy": float((out.argmax(1) == y).float().mean()),
-        }
+    criterion = staticmethod(nn.functional.multi_margin_loss)
 
 
 @dataclass

@@ -103,6 +103,8 @@ class Digits(Task):
     name: str = field(default="digits", init=False)
     metric: str = field(default="val_loss", init=False)
     chance_loss: float = field(default=math.log(10), init=False)
+    criterion = staticmethod(F.cross_entropy)
+    """The loss trained on and scored on the held-out images (`val_loss`), of (logits, labels)."""
 
     def __post_init__(self) -> None:
         if self.width < 1 or self.depth < 1 or self.batch_size < 1:
@@ -136,7 +138,7 @@ class Digits(Task):
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         x, y = batch
-        return F.cross_entropy(model(x), y)
+        return self.criterion(model(x), y)
 
     def validation_set(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The held-out images and labels `evaluate` scores (the first `validation` of the fixed split)."""
@@ -151,7 +153,7 @@ class Digits(Task):
         logits = model(x)
         model.train(was_training)
         return {
-            "val_loss": float(F.cross_entropy(logits, y)),
+            "val_loss": float(self.criterion(logits, y)),
             "val_accuracy": float((logits.argmax(1) == y).float().mean()),
         }
 
