@@ -235,6 +235,7 @@ class Health(_Model):
     chance_tolerance: float = Field(core_default(HealthConfig, "chance_tolerance"), ge=0, lt=1)
     chance_margin: float = Field(core_default(HealthConfig, "chance_margin"), ge=0, lt=1)
     blowup_progress: float = Field(core_default(HealthConfig, "blowup_progress"), ge=0, le=1)
+    blowup_noise: float = Field(core_default(HealthConfig, "blowup_noise"), ge=0, allow_inf_nan=False)
     stuck_spread: float = Field(core_default(HealthConfig, "stuck_spread"), ge=0, lt=1)
     stuck_windows: int = Field(core_default(HealthConfig, "stuck_windows"), ge=1)
     regressed_start: bool = core_default(HealthConfig, "regressed_start")
@@ -264,6 +265,7 @@ class Health(_Model):
             chance_tolerance=self.chance_tolerance,
             chance_margin=self.chance_margin,
             blowup_progress=self.blowup_progress,
+            blowup_noise=self.blowup_noise,
             stuck_spread=self.stuck_spread,
             stuck_windows=self.stuck_windows,
             regressed_start=self.regressed_start,

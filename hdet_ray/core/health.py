@@ -2,7 +2,7 @@
 
 A replica is unhealthy when
 - its window loss or its parameters are non-finite;
-- its loss blew up while staying finite. Two conditions, both needed:
+- its loss blew up while staying finite. Three conditions, all needed:
   * relative: its window mean or the mean over the window's second half is above `blowup_factor` x the
     reference (judged on the distance from zero, `above`, so a loss below zero reads right), the larger of
     the window's starting loss (the converged parameters' loss on the window's first batches: the mean of
@@ -11,7 +11,10 @@ A replica is unhealthy when
     level alone;
   * absolute: the rise above the reference gives back at least `blowup_progress` of what the run has learned
     so far (the run's initial loss minus the reference). Near zero loss a window that doubles 0.0007 to 0.0019
-    is noise, not a blow-up: it gave back 0.05% of the progress from 2.3.
+    is noise, not a blow-up: it gave back 0.05% of the progress from 2.3;
+  * beyond the draw: the rise is over `blowup_noise` standard errors, from one batch's noise as the spread of
+    the replicas' first losses shows it (`first_noise`). A loss that hovers around zero whatever the model's
+    quality (a REINFORCE surrogate) has no progress to give back, and its doublings are its batches' draw.
 - it fell back to chance: it had learned (the window's starting loss, the previous window's median, the run's
   best median or, with `chance_loss` given, its own lowest batch loss was below chance by more than
   `chance_margin`) and the window's
@@ -62,6 +65,21 @@ class HealthConfig:
     blowup_progress: float = 0.25
     """A blow-up must also give back at least this fraction of the run's progress (initial loss minus the
     reference); 0 turns the absolute condition off."""
+    blowup_noise: float = 3.0
+    """A blow-up must also rise above its reference by more than this many standard errors of that rise,
+    from the noise of one batch's loss: the spread of the replicas' first losses in the window (the same
+    converged weights on different batches, so the draw alone, whatever the replicas' rates do later:
+    `first_noise`), over the replica's tail (half its window's batches) and, where the reference is the
+    window's start (the mean of the replicas' first losses), over that mean too; a level the run had got
+    to (a window median) counts as exact. Where a batch's loss varies by far less than its level, as a
+    classifier's cross-entropy does, `blowup_factor`'s doubling is the larger bar and nothing changes
+    (every run of `benchmarks.quality`, 78, the same verdicts window by window); the floor is for a loss
+    whose draw is as large as its level, such as one that hovers around zero whatever the model's quality,
+    where a doubling and the progress floor are nothing: `benchmarks.unseen`'s REINFORCE surrogate
+    (centred rewards times log-probabilities) rose from -0.0011 to +0.0005 in windows whose batches
+    differed by 0.004, 40 "blew up" verdicts and 10 rollbacks in one run from 10x too low (the rate cut to
+    0.001x, the policy dead). A `regressed_start` must beat the start's own standard error the same way.
+    0 turns it off."""
     stuck_spread: float = 0.02
     """A window is dead when its replicas' losses agree within this fraction of their median while each has
     given back over half the run's progress (see the module docstring); 0 turns the rule off. Replayed on
@@ -215,6 +233,8 @@ class HealthConfig:
             raise ValueError(f"HealthConfig.stuck_windows must be >= 1, got {self.stuck_windows}")
         if not 0.0 <= self.stuck_spread < 1.0:
             raise ValueError(f"HealthConfig.stuck_spread must be in [0, 1), got {self.stuck_spread}")
+        if not (self.blowup_noise >= 0.0 and math.isfinite(self.blowup_noise)):
+            raise ValueError(f"HealthConfig.blowup_noise must be finite and >= 0, got {self.blowup_noise}")
         if not 0.0 <= self.blowup_progress <= 1.0:
             raise ValueError(f"HealthConfig.blowup_progress must be in [0, 1], got {self.blowup_progress}")
 
@@ -237,6 +257,25 @@ class ReplicaStats:
 def start_loss(stats: Sequence[ReplicaStats]) -> float:
     firsts = [s.first_loss for s in stats if math.isfinite(s.first_loss)]
     return sum(firsts) / len(firsts) if firsts else math.nan
+
+
+def first_noise(stats: Sequence[ReplicaStats]) -> float:
+    """The standard deviation of the replicas' first losses in the window (0 with fewer than two): every
+    replica starts the window from the same converged weights, so their first losses differ by their
+    batches alone, one step before any replica's rate has acted. A replica that blows up later in the
+    window does not inflate it, which a spread of its own window's losses would."""
+    firsts = [s.first_loss for s in stats if math.isfinite(s.first_loss)]
+    return statistics.stdev(firsts) if len(firsts) > 1 else 0.0
+
+
+def _finite_firsts(stats: Sequence[ReplicaStats]) -> int:
+    return sum(1 for s in stats if math.isfinite(s.first_loss))
+
+
+def _start_error(stats: Sequence[ReplicaStats], noise: float) -> float:
+    """The standard error of the window's start (the mean of the replicas' first losses)."""
+    starts = _finite_firsts(stats)
+    return noise / math.sqrt(starts) if starts else 0.0
 
 
 def assess(
@@ -265,6 +304,7 @@ def assess(
     `unsteady`: a window since the run's best left a replica out or rolled back (`best_after_exclusion`).
     """
     first = start_loss(stats)
+    noise = first_noise(stats)
     reference = first
     if not math.isfinite(initial):
         initial = first
@@ -274,7 +314,7 @@ def assess(
         level = min(previous, best) if reads_best else previous  # where the run had got to
         if math.isfinite(restored):
             level = restored  # a rollback put it back there
-        if config.regressed_start and regressed(first, level, initial, config):
+        if config.regressed_start and regressed(first, level, initial, config, _start_error(stats, noise)):
             reference = level
     chance = config.chance_loss if config.chance_loss is not None else initial
     # with chance taken from the run itself, "had learned" is judged on window means only: one batch's loss
@@ -284,10 +324,14 @@ def assess(
     floor = 0.0
     if math.isfinite(initial) and math.isfinite(reference):
         floor = config.blowup_progress * max(initial - reference, 0.0)
+    # a rise within the batches' draw is no blow-up: the start is a mean of one batch per replica, a level
+    # the run had got to (a median of window means) counts as exact
+    start_var = 1.0 / starts if reference == first and (starts := _finite_firsts(stats)) else 0.0
     healthy: list[bool] = []
     reasons: dict[int, str] = {}
     for r, s in enumerate(stats):
-        reason = _reason(s, reference, lowest, floor, chance, trust_minimum, config)
+        own = config.blowup_noise * noise * math.sqrt(1.0 / max(s.count // 2, 1) + start_var)
+        reason = _reason(s, reference, lowest, max(floor, own), chance, trust_minimum, config)
         healthy.append(reason is None)
         if reason is not None:
             reasons[r] = reason
@@ -373,14 +417,13 @@ NON_FINITE = "non-finite"
 """How `_reason` begins the reasons that are blow-ups (`blew_up` reads them back: one place for both)."""
 
 
-def regressed(first: float, level: float, initial: float, config: HealthConfig) -> bool:
+def regressed(first: float, level: float, initial: float, config: HealthConfig, error: float = 0.0) -> bool:
     """Whether a window's starting loss `first` blew up against `level`, where the run had got to: above it
-    by `blowup_factor` and giving back at least `blowup_progress` of the progress from `initial` to it."""
-    return (
-        math.isfinite(first)
-        and above(first, level, config.blowup_factor)
-        and first - level > config.blowup_progress * max(initial - level, 0.0)
-    )
+    by `blowup_factor`, giving back at least `blowup_progress` of the progress from `initial` to it, and
+    rising more than `blowup_noise` x `error`, the start's standard error (`first_noise` over the root of
+    the replicas; 0: not judged)."""
+    floor = max(config.blowup_progress * max(initial - level, 0.0), config.blowup_noise * error)
+    return math.isfinite(first) and above(first, level, config.blowup_factor) and first - level > floor
 
 
 def above(loss: float, reference: float, factor: float) -> bool:

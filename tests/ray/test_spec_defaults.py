@@ -39,6 +39,7 @@ from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, c
                 "chance_tolerance",
                 "chance_margin",
                 "blowup_progress",
+                "blowup_noise",
                 "stuck_spread",
                 "stuck_windows",
                 "regressed_start",
