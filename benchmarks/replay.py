@@ -103,6 +103,47 @@ def recorded_stuck(row: Mapping[str, Any]) -> list[bool]:
     ]
 
 
+def replica_stats(record: WindowRecord) -> list[ReplicaStats]:
+    """What the health checks judged each replica on, as far as the record keeps it: records written since
+    2026-12-06 keep each replica's first, tail and lowest loss and its count, so `assess` replays on them
+    (the batches' draw, `blowup_noise`, included); older ones keep the window means only, and every replica
+    gets the window's start as its first loss (no draw: that floor reads as off) and its mean as its tail."""
+    n = len(record.losses)
+    full = all(
+        len(x) == n for x in (record.first_losses, record.tail_losses, record.min_losses, record.counts)
+    )
+    if not full:
+        return [
+            ReplicaStats(
+                mean_loss=x,
+                first_loss=record.start_loss,
+                tail_loss=x,
+                min_loss=x,
+                params_finite=True,
+                count=1,
+            )
+            for x in record.losses
+        ]
+    return [
+        ReplicaStats(
+            mean_loss=x,
+            first_loss=first,
+            tail_loss=tail,
+            min_loss=low,
+            params_finite=True,
+            count=count,
+        )
+        for x, first, tail, low, count in zip(
+            record.losses,
+            record.first_losses,
+            record.tail_losses,
+            record.min_losses,
+            record.counts,
+            strict=True,
+        )
+    ]
+
+
 def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
     """Per window, whether the stuck rule acts under `config` (it fails every replica), on windows every other
     rule passed; its count of windows in a row (`stuck_windows`) kept as the engine keeps it."""
@@ -112,12 +153,7 @@ def replayed_stuck(row: Mapping[str, Any], config: HealthConfig) -> list[bool]:
     for r, was_stuck in zip(records, recorded_stuck(row), strict=True):
         met = False
         if all(r.healthy) or was_stuck:
-            stats = [
-                ReplicaStats(
-                    mean_loss=x, first_loss=r.start_loss, tail_loss=x, min_loss=x, params_finite=True, count=1
-                )
-                for x in r.losses
-            ]
+            stats = replica_stats(r)
             m = memory
             memory_of = (m.previous_loss, m.best_loss, m.initial_loss, m.best_replica, m.blown, m.best_clear)
             met = stuck(stats, config, *memory_of) is not None

@@ -51,6 +51,17 @@ class WindowRecord:
     """Filled by whoever runs the loop (validation metric, wall time)."""
     restarted: bool = False
     """What trains changed in this window (`Window.restart`)."""
+    first_losses: list[float] = field(default_factory=list)
+    """Per replica, its first loss of the window: the converged weights on its first batch. Their mean is
+    `start_loss`, their spread the batches' draw that the blow-up test reads (health's `blowup_noise`)."""
+    tail_losses: list[float] = field(default_factory=list)
+    """Per replica, the mean loss over the window's second half (the blow-up test reads it with the mean)."""
+    min_losses: list[float] = field(default_factory=list)
+    """Per replica, its lowest loss in the window."""
+    counts: list[int] = field(default_factory=list)
+    """Per replica, how many losses it reported in the window. With the three lists above, what the health
+    checks judged each replica on (`ReplicaStats`), so a health rule can be replayed on a stored run; empty
+    in records written before 2026-12-06."""
 
     def to_dict(self) -> dict[str, Any]:
         return _finite_or_none(asdict(self))
@@ -62,7 +73,9 @@ class WindowRecord:
     def from_dict(cls, d: dict[str, Any]) -> WindowRecord:
         d = dict(d)
         d["params"] = {k: ParamRecord(**_nan_for_none(v)) for k, v in d["params"].items()}
-        d["losses"] = [math.nan if x is None else x for x in d["losses"]]
+        for key in ("losses", "first_losses", "tail_losses", "min_losses"):
+            if key in d:
+                d[key] = [math.nan if x is None else x for x in d[key]]
         d["start_loss"] = math.nan if d["start_loss"] is None else d["start_loss"]
         return cls(**d)
 
@@ -114,6 +127,10 @@ def draft_record(
         },
         opening=window.opening,
         restarted=window.restart,
+        first_losses=[s.first_loss for s in stats],
+        tail_losses=[s.tail_loss for s in stats],
+        min_losses=[s.min_loss for s in stats],
+        counts=[s.count for s in stats],
     )
 
 

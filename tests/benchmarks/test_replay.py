@@ -87,3 +87,42 @@ def test_a_network_killed_before_it_learned_is_found_by_the_stuck_rule_after_a_b
     changes, _, _ = replay.replay_stuck([runs], {"stuck_after_blowup": False}, arm="local")
     assert [(c.key, c.window) for c in changes] == [("mlp/short/high/1/local", 7)]
     assert changes[0].before == (1.0, True) and not changes[0].after[0]
+
+
+def test_a_record_keeps_what_health_judged_each_replica_on_and_replays_its_verdict():
+    import math
+
+    from hdet_ray.core.controller import ParamWindow, Window
+    from hdet_ray.core.health import HealthConfig, ReplicaStats, assess
+    from hdet_ray.core.records import WindowRecord, draft_record
+
+    # the bandit's window 0 (tests/core/test_health.py): the draw holds three "blow-ups" of its surrogate
+    means, firsts = (-0.00067, 0.00039, 0.00009, 0.00022), (-0.0052, 0.0003, 0.0018, math.nan)
+    stats = [
+        ReplicaStats(mean_loss=m, first_loss=f, tail_loss=m, min_loss=m - 0.001, params_finite=True, count=25)
+        for m, f in zip(means, firsts, strict=True)
+    ]
+    params = {
+        "lr": ParamWindow(
+            scale="log", base=1e-4, offset=0.0, coords=(0.2, 0.05, -0.05, -0.2), values=(1e-4,) * 4
+        )
+    }
+    window = Window(window=0, step=25, total_steps=500, losses=means, healthy=(True,) * 4, params=params)
+    record = draft_record(window, stats, {}, {"lr": [1.2, 1.05, 0.95, 0.8]}, -0.001)
+    back = WindowRecord.from_dict(json.loads(record.to_json()))  # strict JSON: the NaN first loss is null
+    assert math.isnan(back.first_losses[3]) and back.counts == [25] * 4
+    replayed = replay.replica_stats(back)
+    for a, b in zip(replayed, stats, strict=True):
+        assert (a.mean_loss, a.tail_loss, a.min_loss, a.count) == (
+            b.mean_loss,
+            b.tail_loss,
+            b.min_loss,
+            b.count,
+        )
+    assert assess(replayed, HealthConfig()) == assess(stats, HealthConfig()) == ([True] * 4, {})
+    # a record written before these lists: every replica gets the start as its first loss (no draw)
+    old = json.loads(record.to_json())
+    for key in ("first_losses", "tail_losses", "min_losses", "counts"):
+        del old[key]
+    legacy = replay.replica_stats(WindowRecord.from_dict(old))
+    assert [s.first_loss for s in legacy] == [-0.001] * 4 and [s.tail_loss for s in legacy] == list(means)

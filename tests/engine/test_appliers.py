@@ -166,6 +166,11 @@ def test_records_serialize_to_strict_json_and_back():
     assert data["losses"] == [None] and data["window"] == 0
     back = WindowRecord.from_dict(data)
     assert math.isnan(back.losses[0]) and back.params["lr"].multipliers == [1.0]
+    # what health judged the replica on travels with it: its first, tail and lowest loss and its count
+    assert data["first_losses"] == data["tail_losses"] == data["min_losses"] == [None] and data["counts"] == [
+        5
+    ]
+    assert math.isnan(back.first_losses[0]) and back.counts == [5]
 
 
 def test_non_persistent_buffers_are_neither_averaged_nor_judged():
