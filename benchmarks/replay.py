@@ -109,38 +109,14 @@ def replica_stats(record: WindowRecord) -> list[ReplicaStats]:
     (the batches' draw, `blowup_noise`, included); older ones keep the window means only, and every replica
     gets the window's start as its first loss (no draw: that floor reads as off) and its mean as its tail."""
     n = len(record.losses)
-    full = all(
-        len(x) == n for x in (record.first_losses, record.tail_losses, record.min_losses, record.counts)
-    )
-    if not full:
-        return [
-            ReplicaStats(
-                mean_loss=x,
-                first_loss=record.start_loss,
-                tail_loss=x,
-                min_loss=x,
-                params_finite=True,
-                count=1,
-            )
-            for x in record.losses
-        ]
+    lists = (record.first_losses, record.tail_losses, record.min_losses, record.counts)
+    if all(len(x) == n for x in lists):
+        firsts, tails, lows, counts = lists
+    else:
+        firsts, tails, lows, counts = [record.start_loss] * n, record.losses, record.losses, [1] * n
     return [
-        ReplicaStats(
-            mean_loss=x,
-            first_loss=first,
-            tail_loss=tail,
-            min_loss=low,
-            params_finite=True,
-            count=count,
-        )
-        for x, first, tail, low, count in zip(
-            record.losses,
-            record.first_losses,
-            record.tail_losses,
-            record.min_losses,
-            record.counts,
-            strict=True,
-        )
+        ReplicaStats(mean_loss=x, first_loss=f, tail_loss=t, min_loss=lo, params_finite=True, count=c)
+        for x, f, t, lo, c in zip(record.losses, firsts, tails, lows, counts, strict=True)
     ]
 
 
