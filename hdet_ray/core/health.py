@@ -268,16 +268,6 @@ def first_noise(stats: Sequence[ReplicaStats]) -> float:
     return statistics.stdev(firsts) if len(firsts) > 1 else 0.0
 
 
-def _finite_firsts(stats: Sequence[ReplicaStats]) -> int:
-    return sum(1 for s in stats if math.isfinite(s.first_loss))
-
-
-def _start_error(stats: Sequence[ReplicaStats], noise: float) -> float:
-    """The standard error of the window's start (the mean of the replicas' first losses)."""
-    starts = _finite_firsts(stats)
-    return noise / math.sqrt(starts) if starts else 0.0
-
-
 def assess(
     stats: Sequence[ReplicaStats],
     config: HealthConfig,
@@ -305,6 +295,8 @@ def assess(
     """
     first = start_loss(stats)
     noise = first_noise(stats)
+    starts = sum(1 for s in stats if math.isfinite(s.first_loss))  # the start is their mean
+    start_error = noise / math.sqrt(starts) if starts else 0.0
     reference = first
     if not math.isfinite(initial):
         initial = first
@@ -314,7 +306,7 @@ def assess(
         level = min(previous, best) if reads_best else previous  # where the run had got to
         if math.isfinite(restored):
             level = restored  # a rollback put it back there
-        if config.regressed_start and regressed(first, level, initial, config, _start_error(stats, noise)):
+        if config.regressed_start and regressed(first, level, initial, config, start_error):
             reference = level
     chance = config.chance_loss if config.chance_loss is not None else initial
     # with chance taken from the run itself, "had learned" is judged on window means only: one batch's loss
@@ -326,7 +318,7 @@ def assess(
         floor = config.blowup_progress * max(initial - reference, 0.0)
     # a rise within the batches' draw is no blow-up: the start is a mean of one batch per replica, a level
     # the run had got to (a median of window means) counts as exact
-    start_var = 1.0 / starts if reference == first and (starts := _finite_firsts(stats)) else 0.0
+    start_var = 1.0 / starts if reference == first and starts else 0.0
     healthy: list[bool] = []
     reasons: dict[int, str] = {}
     for r, s in enumerate(stats):
