@@ -13,8 +13,10 @@ A replica is unhealthy when
     so far (the run's initial loss minus the reference). Near zero loss a window that doubles 0.0007 to 0.0019
     is noise, not a blow-up: it gave back 0.05% of the progress from 2.3;
   * beyond the draw: the rise is over `blowup_noise` standard errors, from one batch's noise as the spread of
-    the replicas' first losses shows it (`first_noise`). A loss that hovers around zero whatever the model's
-    quality (a REINFORCE surrogate) has no progress to give back, and its doublings are its batches' draw.
+    the replicas' first losses shows it (`first_noise`; against a level the start regressed from, the
+    smaller of that and the previous window's spread, the noise before the damage). A loss that hovers
+    around zero whatever the model's quality (a REINFORCE surrogate) has no progress to give back, and its
+    doublings are its batches' draw.
 - it fell back to chance: it had learned (the window's starting loss, the previous window's median, the run's
   best median or, with `chance_loss` given, its own lowest batch loss was below chance by more than
   `chance_margin`) and the window's
@@ -78,8 +80,12 @@ class HealthConfig:
     where a doubling and the progress floor are nothing: `benchmarks.unseen`'s REINFORCE surrogate
     (centred rewards times log-probabilities) rose from -0.0011 to +0.0005 in windows whose batches
     differed by 0.004, 40 "blew up" verdicts and 10 rollbacks in one run from 10x too low (the rate cut to
-    0.001x, the policy dead). A `regressed_start` must beat the start's own standard error the same way.
-    0 turns it off."""
+    0.001x, the policy dead). A `regressed_start` must beat the start's own standard error the same way,
+    on the noise at the level it is tested against: the smaller of this window's spread and the previous
+    window's, since a start that blew up spreads its first losses too (the bag-of-words classifier from
+    10x too high: first losses of 0, 0.53, 0 and 1.90 against a level of 0.0067, after a window whose first
+    losses all sat within 3e-6 of 0), and the replicas are then judged against that level on the same
+    noise. 0 turns it off."""
     stuck_spread: float = 0.02
     """A window is dead when its replicas' losses agree within this fraction of their median while each has
     given back over half the run's progress (see the module docstring); 0 turns the rule off. Replayed on
@@ -280,6 +286,7 @@ def assess(
     blown: bool = False,
     clear: float = math.nan,
     unsteady: bool = True,
+    level_noise: float = math.nan,
 ) -> tuple[list[bool], dict[int, str]]:
     """(healthy flag per replica, reason per unhealthy replica).
 
@@ -291,12 +298,17 @@ def assess(
     `blown`: a replica blew up in an earlier window of the run (`stuck_after_blowup`);
     `clear`: the lowest, over kept windows, of the highest healthy replica loss (`progress_all_replicas`;
     NaN: not known, the medians alone say whether the run has moved);
-    `unsteady`: a window since the run's best left a replica out or rolled back (`best_after_exclusion`).
+    `unsteady`: a window since the run's best left a replica out or rolled back (`best_after_exclusion`);
+    `level_noise`: the previous window's `first_noise` (NaN: not known). Whether the start regressed from
+    the level the run had got to is judged on the noise there, the smaller of this and the window's own: a
+    start that blew up spreads its first losses too (one batch lands on the damage, another not), and a
+    spread taken from the damaged weights would excuse the damage itself.
     """
     first = start_loss(stats)
     noise = first_noise(stats)
+    level_noise = min(noise, level_noise) if math.isfinite(level_noise) else noise
     starts = sum(1 for s in stats if math.isfinite(s.first_loss))  # the start is their mean
-    start_error = noise / math.sqrt(starts) if starts else 0.0
+    start_error = level_noise / math.sqrt(starts) if starts else 0.0
     reference = first
     if not math.isfinite(initial):
         initial = first
@@ -308,6 +320,7 @@ def assess(
             level = restored  # a rollback put it back there
         if config.regressed_start and regressed(first, level, initial, config, start_error):
             reference = level
+            noise = level_noise  # the replicas are judged against that level, on its noise
     chance = config.chance_loss if config.chance_loss is not None else initial
     # with chance taken from the run itself, "had learned" is judged on window means only: one batch's loss
     # (a replica's window minimum) can dip 10% below the first window's level by noise alone

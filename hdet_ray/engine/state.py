@@ -22,6 +22,7 @@ from hdet_ray.core.health import (
     ReplicaStats,
     assess,
     blew_up,
+    first_noise,
     gave_back,
     left_best,
     regressed,
@@ -63,6 +64,10 @@ class HealthMemory:
     unsteady: bool = True
     """A window since the one that set `best_loss` left a replica out or rolled back (health's
     `best_after_exclusion`); True until a fully healthy window sets a best."""
+    first_noise: float = math.nan
+    """The spread of the last window's first losses (`core.health.first_noise`): the batches' noise near
+    the level that window reached, which the next window's start is tested against (health's
+    `blowup_noise`)."""
 
     def assess(
         self, stats: Sequence[ReplicaStats], config: HealthConfig | None
@@ -78,7 +83,9 @@ class HealthMemory:
         memory = (self.previous_loss, self.best_loss, self.initial_loss, self.best_replica)
         clear = self.best_clear
         rest = (self.stuck_run, self.blown, clear, self.unsteady)
-        healthy, reasons = assess(stats, config, *memory, restored, *rest)
+        level_noise = self.first_noise
+        healthy, reasons = assess(stats, config, *memory, restored, *rest, level_noise=level_noise)
+        self.first_noise = first_noise(stats)
         first = start_loss(stats)  # after a restore: the restored snapshot's own loss
         if (
             config.restored_measured
@@ -87,7 +94,7 @@ class HealthMemory:
         ):
             # another rollback would restore this same state: judge the window from the level it has
             self.kept_loss = first
-            healthy, reasons = assess(stats, config, *memory, first, *rest)
+            healthy, reasons = assess(stats, config, *memory, first, *rest, level_noise=level_noise)
         met = all(healthy) and stuck(stats, config, *memory, self.blown, clear) is not None
         self.stuck_run = self.stuck_run + 1 if met else 0  # acted on (every replica failed): starts afresh
         self.note_blowups(reasons.values())
@@ -163,6 +170,7 @@ class HealthMemory:
             "blown": float(self.blown),
             "best_clear": self.best_clear,
             "unsteady": float(self.unsteady),
+            "first_noise": self.first_noise,
         }
 
     def load_state_dict(self, state: dict[str, float]) -> None:
@@ -178,6 +186,7 @@ class HealthMemory:
             state.get("best_clear", self.best_loss)
         )  # older checkpoints: the medians' rule
         self.unsteady = bool(state.get("unsteady", 1.0))  # older checkpoints: the best always counts
+        self.first_noise = float(state.get("first_noise", math.nan))
 
 
 @dataclass

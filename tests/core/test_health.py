@@ -153,6 +153,51 @@ def test_a_start_within_its_own_draw_of_the_level_has_not_regressed():
     assert healthy == [True, True, False, True] and "0.41" in reasons[2]
 
 
+def test_a_start_that_blew_up_is_judged_on_the_noise_before_the_damage():
+    # `benchmarks.unseen`'s bag-of-words classifier from 10x too high (seed 2, window 4): the window before
+    # started with every first loss within 3e-6 of 0, one replica blew up in it and was left out, and this
+    # window's start, the converged weights' loss on one batch per replica, came in at 0, 0.53, 0 and 1.90:
+    # some batches land on the damage, some not. Their spread (0.89) is the damage's, not the batches' draw
+    # at the level the run had got to (a median of 0.0067); judged on it the start "had not regressed" and
+    # three replicas climbing to 0.83-1.58, back near the untrained loss of 1.8, were all kept
+    firsts = (0.0, 0.5312, 2.0e-7, 1.8962)
+    means = (0.9022, 1.5566, 0.3404, 0.8309)
+    tails = (1.0762, 1.5805, 0.3627, 0.5697)
+    window = [stats(m, first=f, tail=t, count=25) for m, f, t in zip(means, firsts, tails, strict=True)]
+    memory = dict(previous=0.1191, best=0.006697, initial=1.8)
+    assert assess(window, HealthConfig(), **memory)[0] == [True] * 4  # its own spread alone: the fault
+    healthy, reasons = assess(window, HealthConfig(), **memory, level_noise=1.4e-6)
+    assert healthy == [False, False, True, False], reasons
+    assert "reference 0.006697" in reasons[1]
+    # the smaller of the two counts: a level measured on wider batches does not widen this window's draw
+    wide = assess(window, HealthConfig(), **memory, level_noise=5.0)
+    assert wide == assess(window, HealthConfig(), **memory)
+
+
+def test_health_memory_hands_the_last_windows_first_loss_spread_to_the_next():
+    from hdet_ray.engine.state import HealthMemory
+
+    memory = HealthMemory()
+    calm = [stats(x, first=f, count=25) for x, f in ((0.12, 1e-6), (0.3, 0.0), (0.2, 2e-6), (0.06, 0.0))]
+    memory.initial_loss, memory.best_loss = 1.8, 0.006697
+    healthy, _ = memory.assess(calm, HealthConfig())
+    memory.remember([s.mean_loss for s in calm], healthy, rolled_back=False)
+    assert memory.first_noise < 1e-5
+    firsts = (0.0, 0.5312, 2.0e-7, 1.8962)
+    means = (0.9022, 1.5566, 0.3404, 0.8309)
+    tails = (1.0762, 1.5805, 0.3627, 0.5697)
+    damaged = [stats(m, first=f, tail=t, count=25) for m, f, t in zip(means, firsts, tails, strict=True)]
+    healthy, _ = memory.assess(damaged, HealthConfig())
+    assert healthy == [False, False, True, False]
+    restored = HealthMemory()
+    restored.load_state_dict(memory.state_dict())
+    assert restored.first_noise == memory.first_noise > 0.5  # this window's, for the next
+    older = memory.state_dict()
+    del older["first_noise"]
+    restored.load_state_dict(older)  # a checkpoint from before the field: not known
+    assert math.isnan(restored.first_noise)
+
+
 def test_blowup_noise_must_be_finite_and_non_negative():
     for bad in (-1.0, math.nan, math.inf):
         with pytest.raises(ValueError, match="blowup_noise"):
