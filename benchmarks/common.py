@@ -35,6 +35,7 @@ def machine() -> dict[str, Any]:
         load = math.nan
     return {
         "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -44,9 +45,33 @@ def machine() -> dict[str, Any]:
     }
 
 
+def cpu_model() -> str:
+    """The processor and the instruction set torch's CPU kernels use, e.g. "AMD EPYC (family 25, model 17),
+    AVX512": two machines that differ here can round a matrix product differently, and at a chaotic cell a
+    run's end then differs (fixed OneCycle's as much as HDET's); the platform string does not tell them
+    apart."""
+    import torch
+
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if not sep:
+                    break
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return f"{name}, {torch.backends.cpu.get_cpu_capability()}"
+
+
 def machine_line(m: dict[str, Any]) -> str:
+    cpu = f"; {m['cpu']}" if "cpu" in m else ""
     return (
-        f"{m['cpus']} CPUs ({m['platform']}), Python {m['python']}, torch {m['torch']}, "
+        f"{m['cpus']} CPUs ({m['platform']}{cpu}), Python {m['python']}, torch {m['torch']}, "
         f"1-min load average {m['load_avg_1min_at_start']} at start (the machine is shared), "
         f"commit {m['commit']}, {m['date']}"
     )
