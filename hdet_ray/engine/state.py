@@ -65,8 +65,9 @@ class HealthMemory:
     """A window since the one that set `best_loss` left a replica out or rolled back (health's
     `best_after_exclusion`); True until a fully healthy window sets a best."""
     first_noise: float = math.nan
-    """The spread of the last window's first losses (`core.health.first_noise`): the batches' noise near
-    the level that window reached, which the next window's start is tested against (health's
+    """The spread of the last window's first losses (`core.health.first_noise`): the batches' noise at the
+    weights that window started from, before anything this window did to them; the next window's start is
+    tested against the level the run had got to on the smaller of this and its own spread (health's
     `blowup_noise`)."""
 
     def assess(
