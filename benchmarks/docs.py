@@ -4,6 +4,8 @@
     python -m benchmarks.docs --quick   # into benchmarks/results/quick/benchmarks.md instead
 
 `page.md` holds the prose; `{{name}}` is replaced by `results/<mode>/<name>.md` (or a "not measured" line).
+The README's summary table, between its two `unseen summary` comments, is written from
+`results/full/unseen_summary.md` too (`python -m benchmarks.unseen --report-only` rebuilds that).
 """
 
 from __future__ import annotations
@@ -16,6 +18,21 @@ from pathlib import Path
 from benchmarks import common
 
 PAGE = Path(__file__).with_name("page.md")
+README = common.ROOT / "README.md"
+SUMMARY_OPEN = "<!-- unseen summary: python -m benchmarks.docs writes it from unseen_summary.md -->"
+SUMMARY_CLOSE = "<!-- end of unseen summary -->"
+
+
+def readme_with_summary(readme: str, summary: str) -> str:
+    """`readme` with the table of `summary` (unseen_summary.md: a line that says how it is computed, then the
+    table) between the summary's two comments; ValueError naming the comment when one is missing."""
+    for marker in (SUMMARY_OPEN, SUMMARY_CLOSE):
+        if readme.count(marker) != 1:
+            raise ValueError(f"README.md must hold the line {marker!r} once")
+    table = "\n".join(line for line in summary.splitlines() if line.startswith("|"))
+    head, rest = readme.split(SUMMARY_OPEN)
+    _, tail = rest.split(SUMMARY_CLOSE)
+    return f"{head}{SUMMARY_OPEN}\n{table}\n{SUMMARY_CLOSE}{tail}"
 
 
 def assemble(mode: str = "full") -> Path:
@@ -36,6 +53,9 @@ def assemble(mode: str = "full") -> Path:
         )
     target = common.ROOT / "docs" / "benchmarks.md" if mode == "full" else out / "benchmarks.md"
     target.write_text(text)
+    summary = out / "unseen_summary.md"
+    if mode == "full" and summary.exists():
+        README.write_text(readme_with_summary(README.read_text(), summary.read_text()))
     return target
 
 

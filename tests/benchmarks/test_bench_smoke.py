@@ -307,3 +307,5 @@ def test_unseen_quick_runs_its_plan_and_writes_its_table(tmp_path, monkeypatch):
     assert all(len(runs[k]["records"]) == 4 for k in runs if "/hdet/" in k)  # 20 steps, sync_every=5
     table = (tmp_path / "quick" / "unseen.md").read_text()
     assert table.count("| softmax |") == 3 and "python -m benchmarks.unseen --quick" in table
+    brief = (tmp_path / "quick" / "unseen_summary.md").read_text()  # one workload, each start a row
+    assert all(f"| {start} | 1 |" in brief for start in unseen.STARTS)
