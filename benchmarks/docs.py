@@ -32,7 +32,7 @@ def readme_with_summary(readme: str, summary: str) -> str:
     table = "\n".join(line for line in summary.splitlines() if line.startswith("|"))
     head, rest = readme.split(SUMMARY_OPEN)
     _, tail = rest.split(SUMMARY_CLOSE)
-    return f"{head}{SUMMARY_OPEN}\n{table}\n{SUMMARY_CLOSE}{tail}"
+    return f"{head}{SUMMARY_OPEN}\n\n{table}\n\n{SUMMARY_CLOSE}{tail}"  # blank lines: a table, not HTML
 
 
 def assemble(mode: str = "full") -> Path:
