@@ -420,7 +420,7 @@ def test_evidence_never_follows_the_anneals_bias():
     # rising base (warm-up): higher better while the loss falls fast is the bias (hold), lower better beats
     # it (move down once stalled)
     rising = [0.1 * 1.5**i for i in range(6)]
-    _, ds = run(c, falling_windows(2**-0.5, rising, losses=(4.0, 3.0, 2.0, 1.0)))
+    _, ds = run(c, falling_windows(0.6, rising, losses=(4.0, 3.0, 2.0, 1.0)))  # 8x in 4 windows
     assert all(d.offsets["lr"] == 0.0 for d in ds)
     assert "bias" in ds[-1].note
     _, ds = run(c, schedule_windows([1.0, 2.0, 3.0, 4.0], rising))
@@ -485,7 +485,7 @@ def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
     # loss is the init's), its ratio scaled to their number
     rising = [0.1 * 1.2**i for i in range(10)]
     c = make_controller("evidence")
-    _, ds = run(c, falling_windows(2**-0.5, rising, losses=(4.0, 3.0, 2.0, 1.0)))
+    _, ds = run(c, falling_windows(0.6, rising, losses=(4.0, 3.0, 2.0, 1.0)))  # 8x in 4 windows
     assert all(d.offsets["lr"] == 0.0 for d in ds)
     stalled = falling_windows(0.95, rising, losses=(4.0, 3.0, 2.0, 1.0))
     _, ds = run(c, stalled)
@@ -499,7 +499,7 @@ def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
         for i, w in enumerate(stalled)
     ]
     assert [i for i, d in enumerate(run(c, first_fast)[1]) if d.acted][:1] == [3]
-    _, ds = run(c, falling_windows(0.75, rising, losses=(4.0, 3.0, 2.0, 1.0)))
+    _, ds = run(c, falling_windows(0.6, rising, losses=(4.0, 3.0, 2.0, 1.0)))
     assert not any(d.acted for d in ds)
     # earliest_climb=5 is the old rule (the stall test's full span of 4 windows after the first); the
     # windows 3 and 4 it holds would count toward the climb (`held_up_counts`), here off to see the doubling
@@ -525,6 +525,23 @@ def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
         falling_windows(0.95, rising, losses=(4.0, 3.0, 2.0, 1.0)),
     )
     assert all(d.offsets["lr"] == 0.0 for d in ds)
+
+
+def test_evidence_climb_stall_ratio_loosens_the_climb_once_the_stall_test_has_its_full_span():
+    # the loss falls 25% a window (0.32x in 4 windows): too fast for `stall_ratio` (0.5), stalled for the
+    # climb's own test (`climb_stall_ratio` 0.25), which acts only from window 5; windows 3 and 4 keep the
+    # scaled `stall_ratio` test (a fine-tune's new head learns fast there)
+    rising = [0.1 * 1.2**i for i in range(10)]
+    falling = falling_windows(0.75, rising, losses=(4.0, 3.0, 2.0, 1.0))
+    assert not any(d.acted for d in run(make_controller("evidence", climb_stall_ratio=None), falling)[1])
+    _, ds = run(make_controller("evidence"), falling)
+    moved = [i for i, d in enumerate(ds) if d.acted]
+    assert moved and moved[0] == 5 and ds[5].offsets["lr"] > 0
+    # moves down keep `stall_ratio`: the same fall with the lower rate winning is held
+    down = falling_windows(0.75, rising)
+    assert all(d.offsets["lr"] == 0.0 for d in run(make_controller("evidence"), down)[1])
+    with pytest.raises(ValueError, match="climb_stall_ratio"):
+        make_controller("evidence", climb_stall_ratio=0.0)
 
 
 def test_evidence_a_loss_at_or_below_zero_has_no_stall_ratio():
@@ -659,8 +676,9 @@ def test_evidence_keeps_a_run_of_moves_up_going_through_the_rise_once_it_has_beg
         )
 
     # the windows 3 and 4 that earliest_climb=5 holds would start the run at 0.75 (`held_up_counts`): off
-    # here, to see the run's own doubling
-    late = {"earliest_climb": 5, "held_up_counts": False}
+    # here, to see the run's own doubling; the climb's stall test is `stall_ratio`'s (one window's 70% fall
+    # after four slow ones is 0.26x in 4 windows, which `climb_stall_ratio` 0.25 reads as stalled)
+    late = {"earliest_climb": 5, "held_up_counts": False, "climb_stall_ratio": None}
     _, ds = run(make_controller("evidence", **late), [measured(i) for i in range(12)])
     assert [i for i, d in enumerate(ds) if d.acted] == [5, 6, 7, 8, 9, 10, 11]
     assert [d.offsets["lr"] for d in ds[5:9]] == pytest.approx([0.25, 0.5, 0.75, 0.75])
