@@ -663,12 +663,13 @@ class EvidenceConfig(ControllerConfig):
     down_stall_ratio: float | None = None
     """A stricter stall test for moves down only (None: `stall_ratio`): a move down on healthy windows also
     needs the median loss at least this fraction of its value `evidence_windows` windows earlier. Climbs
-    keep `stall_ratio`. Measured at 0.75 and not adopted: it holds the move down that cost the benchmark's
-    LM at its best rate on 8 processes (1.030x -> 1.017x) and the CNN's moves down from 10x too high (at 60
-    windows 0.947x -> 1.676x on the two seeds it changes; docs/benchmarks.md). With `stall_ratio` 0.25 and
-    this 0.5 the climb alone gets a looser test, measured and not adopted: from 10x too low it reaches
-    further on 13 of the 16 cells it changes, and at their best rates two fine-tunes climb while their new
-    heads learn and end 1.6% and 3.1% behind (docs/benchmarks.md)."""
+    keep their own tests (`stall_ratio` in the first windows, then `climb_stall_ratio`). Measured at 0.75 and
+    not adopted: it holds the move down that cost the benchmark's LM at its best rate on 8 processes (1.030x
+    -> 1.017x) and the CNN's moves down from 10x too high (at 60 windows 0.947x -> 1.676x on the two seeds it
+    changes; docs/benchmarks.md). With `stall_ratio` 0.25 and this 0.5 the climb alone gets a looser test,
+    measured and not adopted: from 10x too low it reaches further on 13 of the 16 cells it changes, and at
+    their best rates two fine-tunes climb while their new heads learn and end 1.6% and 3.1% behind
+    (docs/benchmarks.md)."""
     climb_stall_ratio: float | None = 0.25
     """The climb's own stall test once the run has `evidence_windows` + 1 windows (None: `stall_ratio`):
     a move up in the rise needs the median loss at least this fraction of its value `evidence_windows`
@@ -1026,24 +1027,22 @@ class EvidenceController(Controller):
             falling = "before the run has shown whether it stalls"
         elif cfg.stall_ratio is not None and not _stalled(recent, cfg.stall_ratio, cfg.evidence_windows):
             falling = "while the loss still falls fast"
+        # a stall test over its full span can be read (not at a loss at or below zero, nor too early)
+        full_span = not unscaled and len(recent) > cfg.evidence_windows
         falling_down = falling
         if (
             not falling
             and cfg.down_stall_ratio is not None
-            and len(recent) > cfg.evidence_windows
+            and full_span
             and not _stalled(recent, cfg.down_stall_ratio, cfg.evidence_windows)
         ):
             falling_down = "while the loss still falls fast"
         # the climb's stall test never reads the first window (the initialisation's transient): from
-        # evidence_windows + 1 windows on it is the test above; before that, the windows after the first with
-        # stall_ratio scaled to their number (every window so far had healthy losses)
+        # evidence_windows + 1 windows on it is `climb_stall_ratio`'s (else the test above); before that, the
+        # windows after the first with stall_ratio scaled to their number (every window so far was healthy)
         index = state.windows - 1
         if index > cfg.evidence_windows and cfg.climb_stall_ratio is not None:
-            stalled_after_first = (
-                not unscaled
-                and len(recent) > cfg.evidence_windows
-                and _stalled(recent, cfg.climb_stall_ratio, cfg.evidence_windows)
-            )
+            stalled_after_first = full_span and _stalled(recent, cfg.climb_stall_ratio, cfg.evidence_windows)
         elif index > cfg.evidence_windows:
             stalled_after_first = not falling
         else:
