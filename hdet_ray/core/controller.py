@@ -797,6 +797,21 @@ class EvidenceConfig(ControllerConfig):
     0.63x on 5 of 20 seeds, the LMs about 0.975x, an autoencoder 0.71x) but at the oracle's rate the
     regression worse on 4 seeds of 4 (1.028x) and the AdamW MLP with a clip better on only 4 of 9
     (docs/benchmarks.md). False: only from the window that completes the first pool."""
+    run_down_on_new_high: bool = True
+    """With `run_down_on_plateau`: the run down may also start at a later window of the rise, up to window
+    2 * (`evidence_windows` - 1), whose median healthy loss is the highest since the run's first window (the
+    initialisation's transient, not compared): the run has given back what it learned since then while its
+    rate rose. A good rate's loss can wobble up once in the warm-up too (which is why `run_down_starts_late`,
+    any window that did not fall, ran a regression down at its best rate), but not back above every window
+    since the first: of the 34 stored runs at an oracle's rate whose first pool said "lower" throughout, none
+    did at windows 4 to 6 (at most 0.98x of the highest), while 44 of 93 such runs from 10x too high did
+    (the byte LM at 20 windows 1.07x: its first pool ends at window 3 with the loss still falling 3%, and
+    window 4 jumps 11% as the schedule nears its peak). Replayed on the 1,523 stored runs it changes 7, all
+    from 10x too high; side by side on this machine (2026-12-07) every run it changes ends better: the LM at
+    20 windows 0.97x and 0.99x, in the issue's setting 0.96x (0.98x on 8 processes), the SGD CNN 0.90x, and
+    on 75 fresh runs (at the oracle's rate of five workloads whose first pool says "lower", and from 10x too
+    high) it changes 2, both better (docs/benchmarks.md). False: only from the window that completes the
+    first pool."""
     canary_ends_climb: bool = True
     """No move up of the rate on a window that excluded its top replica (the highest rate) as unhealthy:
     the run of moves up ends there and its pool starts afresh. The spread's top replica is the canary that
@@ -1167,6 +1182,8 @@ class EvidenceController(Controller):
             # window whose median loss did not fall
             last_run_down = 2 * (cfg.evidence_windows - 1)
             plateau = len(recent) >= 2 and recent[-1] >= recent[-2]
+            since_first = recent[1:] if len(recent) == index + 1 else recent
+            new_high = len(since_first) >= 3 and since_first[-1] >= max(since_first[:-1])
             first_pool_ends = index == cfg.evidence_windows - 1 or (
                 cfg.first_pool_skips_first_higher
                 and index == cfg.evidence_windows
@@ -1183,7 +1200,15 @@ class EvidenceController(Controller):
                 and _sign(streak.get(name, 0)) <= 0
                 and (
                     not cfg.run_down_on_plateau
-                    or (plateau and (first_pool_ends or streak.get(name, 0) < 0 or cfg.run_down_starts_late))
+                    or (
+                        plateau
+                        and (
+                            first_pool_ends
+                            or streak.get(name, 0) < 0
+                            or cfg.run_down_starts_late
+                            or (cfg.run_down_on_new_high and new_high)
+                        )
+                    )
                 )
             )
             if d < 0 and falling_down and not excluded and not runs_down:

@@ -839,9 +839,12 @@ def test_evidence_runs_down_from_a_first_pool_of_lower_only_where_the_loss_has_s
             for i, x in enumerate(losses)
         ]
 
-    def moves(losses):
-        _, ds = run(make_controller("evidence"), windows(losses))
+    def run_moves(ws, **settings):
+        _, ds = run(make_controller("evidence", **settings), ws)
         return [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted]
+
+    def moves(losses):
+        return run_moves(windows(losses))
 
     # past the edge of stability the loss stops falling as the warm-up raises the rate: it runs down from
     # the window that completes the first pool while the loss still does not fall (a 10x too high LM)
@@ -863,12 +866,23 @@ def test_evidence_runs_down_from_a_first_pool_of_lower_only_where_the_loss_has_s
     # the stall test still holds a move down while the loss falls fast
     _, ds = run(make_controller("evidence"), windows([2.0 * 0.5**i for i in range(6)]))
     assert not any(d.acted for d in ds) and "still falls fast" in ds[4].note
-    # a loss that stops falling only after the first pool is complete: by default the run down has passed
-    # (one ordinary move on the stalled loss, its pool then afresh); `run_down_starts_late` starts it there
+    # a loss that stops falling only after the first pool is complete and stays below window 1's: the run down
+    # has passed (one ordinary move on the stalled loss, its pool then afresh); `run_down_starts_late` (off)
+    # starts it there
     late = [3.9, 2.8, 2.6, 2.5, 2.6, 2.7]
     assert moves(late) == [(4, -0.25)]
     _, ds = run(make_controller("evidence", run_down_starts_late=True), windows(late))
     assert [(i, d.offsets["lr"]) for i, d in enumerate(ds) if d.acted] == [(4, -0.25), (5, -0.5)]
+    # `run_down_on_new_high` (on) starts it later only where the loss is the highest since the first window
+    # (the run gave back what it had learned while the rate rose); `late` never got back above window 1's 2.8
+    assert moves(late) == run_moves(windows(late), run_down_on_new_high=False)
+    risen = [3.9, 2.8, 2.6, 2.5, 2.9, 3.0]
+    assert moves(risen) == [(4, -0.25), (5, -0.5)]
+    _, ds = run(make_controller("evidence"), windows(risen))
+    assert "the loss stopped falling: a rate too high" in ds[4].note
+    assert run_moves(windows(risen), run_down_on_new_high=False) == [(4, -0.25)]
+    # only in the rise's run-down windows: a new high after window 2 * (evidence_windows - 1) starts none
+    assert moves([3.9, 2.8, 2.6, 2.5, 2.4, 2.3, 2.2, 2.9]) == moves([3.9, 2.8, 2.6, 2.5, 2.4, 2.3, 2.2, 2.2])
 
 
 def test_evidence_reads_a_first_pool_again_without_a_first_window_of_higher():
