@@ -32,10 +32,14 @@ from typing import Any
 from benchmarks import common
 from hdet_ray.core.controller import DEFAULT_CONTROLLER, ParamWindow, Window, make_controller
 from hdet_ray.core.health import HealthConfig, ReplicaStats, stuck
+from hdet_ray.core.hyperparams import HyperParam
 from hdet_ray.core.records import WindowRecord
 from hdet_ray.engine.state import HealthMemory
 
 Decision = tuple[float, bool]  # the offset after the decision, and whether it rolled back
+# the limits of the controller's offset that the engine passes it (`HyperParam.offset_bounds`): every stored
+# run explores the rate with the default's, and a record does not keep them
+OFFSET_BOUNDS = HyperParam(name="lr").offset_bounds
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ def windows(row: Mapping[str, Any], param: str = "lr") -> Iterator[Window]:
                     values=tuple(p.values),
                     peak=peak,
                     next_base=next_base,
+                    offset_bounds=OFFSET_BOUNDS,
                 )
             },
             opening=r.opening,

@@ -2,6 +2,7 @@
 setting the runs depend on is found where it acted."""
 
 import json
+import math
 
 import pytest
 
@@ -20,6 +21,15 @@ def test_the_shipped_settings_reproduce_the_stored_runs_and_a_changed_one_is_fou
     c = found["cnn/0/hdet/3"]
     assert c.after[0] > c.before[0]  # a move up the floor held
     assert all(not k.startswith("lm/") for k in found)  # the LM never reaches the floor
+
+
+def test_a_rollback_past_the_offsets_limit_is_clamped_as_the_engine_clamps_it():
+    # the waveforms CNN at its oracle's rate, seed 0, rolls back in its last window from 0.001x of its start
+    # to "0.5 x the lowest replica's" rate, below the offset's lower limit (ln 1000): the engine clamps it
+    unseen = common.results_dir("full") / "unseen_runs.jsonl"
+    row = next(r for r in replay.hdet_runs(unseen) if r["key"] == "waveforms/0/hdet/5")
+    assert replay.replayed(row, {}) == replay.recorded(row)
+    assert replay.recorded(row)[-1] == (round(-math.log(1000.0), 9), True)
 
 
 def test_bad_settings_name_the_field(capsys):
