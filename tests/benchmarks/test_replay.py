@@ -24,7 +24,7 @@ def test_the_shipped_settings_reproduce_the_stored_runs_and_a_changed_one_is_fou
 
 
 def test_a_rollback_past_the_offsets_limit_is_clamped_as_the_engine_clamps_it():
-    # the waveforms CNN at its oracle's rate, seed 0, rolls back in its last window from 0.001x of its start
+    # the waveforms CNN from 10x too high, seed 0, rolls back in its last window from 0.001x of its start
     # to "0.5 x the lowest replica's" rate, below the offset's lower limit (ln 1000): the engine clamps it
     unseen = common.results_dir("full") / "unseen_runs.jsonl"
     row = next(r for r in replay.hdet_runs(unseen) if r["key"] == "waveforms/0/hdet/5")
