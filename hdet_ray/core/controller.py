@@ -808,10 +808,12 @@ class EvidenceConfig(ControllerConfig):
     (the byte LM at 20 windows 1.07x: its first pool ends at window 3 with the loss still falling 3%, and
     window 4 jumps 11% as the schedule nears its peak). Replayed on the 1,523 stored runs it changes 7, all
     from 10x too high; side by side on this machine (2026-12-07) every run it changes ends better: the LM at
-    20 windows 0.97x and 0.99x, in the issue's setting 0.96x (0.98x on 8 processes), the SGD CNN 0.90x, and
-    on 75 fresh runs (at the oracle's rate of five workloads whose first pool says "lower", and from 10x too
-    high) it changes 2, both better (docs/benchmarks.md). False: only from the window that completes the
-    first pool."""
+    20 windows 0.97x and 0.99x, in the issue's setting 0.96x (0.98x on 8 processes), the SGD CNN 0.90x; on
+    155 fresh runs it changes none of the 75 at the oracle's rate of fifteen workloads (those whose first
+    pool says "lower", and those harmed there) and 7 of the 80 from 10x too high, 6 better (the LM at 20
+    windows 0.95x-0.96x on 3 seeds of 10; one worse, 1.11x, where a blow-up's rollback it averted would
+    have cut the rate further; docs/benchmarks.md). False: only from the window that completes the first
+    pool."""
     canary_ends_climb: bool = True
     """No move up of the rate on a window that excluded its top replica (the highest rate) as unhealthy:
     the run of moves up ends there and its pool starts afresh. The spread's top replica is the canary that
