@@ -800,7 +800,8 @@ class EvidenceConfig(ControllerConfig):
     run_down_on_new_high: bool = True
     """With `run_down_on_plateau`: the run down may also start at a later window of the rise, up to window
     2 * (`evidence_windows` - 1), whose median healthy loss is the highest since the run's first window (the
-    initialisation's transient, not compared): the run has given back what it learned since then while its
+    initialisation's transient, not compared where every window so far was healthy): the run has given back
+    what it learned since then while its
     rate rose. A good rate's loss can wobble up once in the warm-up too (which is why `run_down_starts_late`,
     any window that did not fall, ran a regression down at its best rate), but not back above every window
     since the first: of the 34 stored runs at an oracle's rate whose first pool said "lower" throughout, none
@@ -1184,6 +1185,8 @@ class EvidenceController(Controller):
             # window whose median loss did not fall
             last_run_down = 2 * (cfg.evidence_windows - 1)
             plateau = len(recent) >= 2 and recent[-1] >= recent[-2]
+            # the windows since the first: where a window was left out (unhealthy), `recent` cannot say whether
+            # it still holds the first, which is then compared too (a stricter test)
             since_first = recent[1:] if len(recent) == index + 1 else recent
             new_high = len(since_first) >= 3 and since_first[-1] >= max(since_first[:-1])
             first_pool_ends = index == cfg.evidence_windows - 1 or (
