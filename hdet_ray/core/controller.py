@@ -1185,8 +1185,8 @@ class EvidenceController(Controller):
             # window whose median loss did not fall
             last_run_down = 2 * (cfg.evidence_windows - 1)
             plateau = len(recent) >= 2 and recent[-1] >= recent[-2]
-            # the windows since the first: where a window was left out (unhealthy), `recent` cannot say whether
-            # it still holds the first, which is then compared too (a stricter test)
+            # the windows since the first: where a window was left out (unhealthy), `recent` cannot say
+            # whether it still holds the first, which is then compared too (a stricter test)
             since_first = recent[1:] if len(recent) == index + 1 else recent
             new_high = len(since_first) >= 3 and since_first[-1] >= max(since_first[:-1])
             first_pool_ends = index == cfg.evidence_windows - 1 or (
