@@ -784,6 +784,29 @@ def test_evidence_a_run_that_began_by_saying_higher_holds_a_later_lower():
         make_controller("evidence", mixed_start_holds_down=True), [measured(i, h) for i, h in enumerate(hs)]
     )
     assert not any(d.acted for d in ds) and "began by saying neither way throughout" in ds[-1].note
+
+    # `mixed_start_holds_falling`: after a mixed first pool a move down is held while the loss has fallen in
+    # every window since the first (a rate near its best turns to "lower" as the warm-up raises it, its loss
+    # still falling); a window that rose (a rate past the edge) keeps the move
+    def sloped(levels):
+        return [
+            replace(window([x] * 4, index=i, step=10 * (i + 1)), hypergradient=h)
+            for i, (x, h) in enumerate(zip(levels, hs, strict=True))
+        ]
+
+    falling = [2.0 * 0.97**i for i in range(len(hs))]
+    without = run(make_controller("evidence", mixed_start_holds_falling=False), sloped(falling))[1]
+    assert [i for i, d in enumerate(without) if d.acted] == [7, 11]
+    state, ds = run(make_controller("evidence"), sloped(falling))
+    assert state.first_verdict == {"lr": 0} and not any(d.acted for d in ds)
+    assert "fallen in every window since" in ds[7].note
+    # window 6 rose: the move at window 7 is kept, and once the rate has come down later ones are too
+    spiked = [*falling[:6], falling[5] * 1.5, *falling[7:]]
+    _, ds = run(make_controller("evidence"), sloped(spiked))
+    assert [i for i, d in enumerate(ds) if d.acted] == [7, 11]
+    # a rise that has left the span holds again: window 2 rose, window 7's span (windows 3-7) fell throughout
+    early = [*falling[:2], falling[1] * 1.5, *falling[3:]]
+    assert not any(d.acted for d in run(make_controller("evidence"), sloped(early))[1])
     # an unstable replica is evidence of its own: windows that exclude one still move down
     hs = [0.3] * 4 + [-0.3] * 4
     unhealthy = (True, True, True, False)
@@ -912,11 +935,18 @@ def test_evidence_reads_a_first_pool_again_without_a_first_window_of_higher():
     # only a first window of "higher" is skipped, and only once: other mixed pools are judged as they are
     for signs in ([-1, 1, -1, -1, -1, -1, -1], [1, 1, -1, -1, -1, -1, -1], [1, -1, 1, -1, -1, -1, -1]):
         assert moves(signs, flat) == moves(signs, flat, first_pool_skips_first_higher=False)
-    # a loss that still falls when the later pool is complete (a good rate): no run down
+    # a loss that still falls when the later pool is complete (a good rate): no run down, one ordinary move
+    # on the stalled loss; read with the first window the pool is mixed, and `mixed_start_holds_falling`
+    # holds that move while the loss falls in every window
     falling = [3.9, 2.8, 2.6, 2.5, 2.4, 2.3, 2.2]
+    assert moves([1, -1, -1, -1, -1, -1, -1], falling) == [(4, -0.25)]
     assert moves([1, -1, -1, -1, -1, -1, -1], falling) == moves(
-        [1, -1, -1, -1, -1, -1, -1], falling, first_pool_skips_first_higher=False
+        [1, -1, -1, -1, -1, -1, -1],
+        falling,
+        first_pool_skips_first_higher=False,
+        mixed_start_holds_falling=False,
     )
+    assert moves([1, -1, -1, -1, -1, -1, -1], falling, first_pool_skips_first_higher=False) == []
 
 
 def test_evidence_narrows_the_spread_once_the_run_has_shown_its_rate_is_not_too_high():
