@@ -13,6 +13,8 @@ CORE = [
     "hdet_ray",
     "hdet_ray.core",
     "hdet_ray.core.controller",
+    "hdet_ray.core.evidence",
+    "hdet_ray.core.frame",
     "hdet_ray.core.health",
     "hdet_ray.core.hyperparams",
     "hdet_ray.core.records",
