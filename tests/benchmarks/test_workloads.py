@@ -5,14 +5,14 @@ import math
 import pytest
 import torch
 
-from benchmarks import workloads
+from benchmarks import families, workloads
 
 
 @pytest.mark.parametrize("name", sorted(workloads.TASKS))
 def test_a_workload_builds_and_its_loss_and_metric_are_finite(name, tmp_path, monkeypatch):
     task, optimizer = workloads.build(name)
     if name.startswith("finetune"):  # its pretraining, cut short here, cached under this test's own directory
-        monkeypatch.setattr(workloads.tempfile, "gettempdir", lambda: str(tmp_path))
+        monkeypatch.setattr(families.tempfile, "gettempdir", lambda: str(tmp_path))
         task.pretrain_steps = 20
     model = task.model(0)
     loss = task.loss(model, next(task.batches(0, 4, 0))).detach()
@@ -58,18 +58,18 @@ def test_the_graph_is_symmetric_and_the_ranks_train_on_disjoint_labelled_nodes_n
 
 
 def test_the_finetune_body_is_pretrained_once_for_every_seed_and_the_head_is_new(tmp_path, monkeypatch):
-    monkeypatch.setattr(workloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(families.tempfile, "gettempdir", lambda: str(tmp_path))
     task, _ = workloads.build("finetune")
     task.pretrain_steps = 30
     a, b = task.model(0), task.model(1)
     assert all(torch.equal(p, q) for p, q in zip(a[:-1].parameters(), b[:-1].parameters(), strict=True))
     assert not torch.equal(a[-1].weight, b[-1].weight)  # a new head per seed
     assert torch.equal(task.model(0)[-1].weight, a[-1].weight)
-    fresh = workloads._two_hidden(task.features, task.width, task.classes)
+    fresh = families._two_hidden(task.features, task.width, task.classes)
     assert not torch.equal(a[0].weight, fresh[0].weight)  # the body is not a fresh draw: it was trained
     # another process reads the pretrained body from the cache, bit for bit
     cached = dict(task.pretrained())
-    workloads._PRETRAINED.clear()
+    families._PRETRAINED.clear()
     assert len(list(tmp_path.glob("hdet-bench-finetune-*.pt"))) == 1
     assert all(torch.equal(cached[k], v) for k, v in task.pretrained().items())
     # the target task is related to the source, not the same: same kind of inputs, other labels on some
@@ -101,7 +101,7 @@ def test_a_jobs_onecycle_shape_reaches_the_hdet_schedule_and_unknown_arguments_a
 
 
 def test_the_discriminative_fine_tune_splits_body_and_head_into_two_groups(tmp_path, monkeypatch):
-    monkeypatch.setattr(workloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(families.tempfile, "gettempdir", lambda: str(tmp_path))
     task, _ = workloads.build("finetune_groups")
     task.pretrain_steps = 20
     model = task.model(0)
@@ -135,7 +135,7 @@ def test_an_expert_no_input_is_routed_to_gets_no_gradient_and_ddp_is_told():
 
 
 def test_the_staged_fine_tune_trains_only_the_head_until_its_body_is_unfrozen(tmp_path, monkeypatch):
-    monkeypatch.setattr(workloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(families.tempfile, "gettempdir", lambda: str(tmp_path))
     task, _ = workloads.build("finetune_staged")
     task.pretrain_steps = 20
     model = task.model(0)
@@ -189,7 +189,7 @@ def test_the_vae_draws_its_noise_per_rank_and_step_and_its_metric_leaves_out_the
     logits = torch.logit(images.clamp(1e-6, 1 - 1e-6))
     zeros = torch.zeros(len(images), task.code)
     entropy = torch.nn.functional.binary_cross_entropy(images, images, reduction="none").sum(1).mean()
-    assert workloads._negative_elbo((logits, zeros, zeros), images) == pytest.approx(float(entropy), abs=1e-3)
+    assert families._negative_elbo((logits, zeros, zeros), images) == pytest.approx(float(entropy), abs=1e-3)
     assert task.chance_loss is None
 
 
@@ -326,7 +326,7 @@ def test_the_small_targets_are_the_regressions_scaled_and_the_full_batch_takes_a
 
 def test_the_curriculum_adds_noise_that_grows_to_its_final_level_and_validates_at_that_level():
     task, optimizer = workloads.build("curriculum")
-    clean = workloads.Digits().batches(0, 4, 0)
+    clean = families.Digits().batches(0, 4, 0)
     noisy = task.batches(0, 4, 0)
     gaps = []
     for _ in range(task.ramp + 50):
@@ -337,7 +337,7 @@ def test_the_curriculum_adds_noise_that_grows_to_its_final_level_and_validates_a
     assert gaps[-1] == pytest.approx(task.noise, rel=0.1) and optimizer == "sgd"
     model = task.model(0)
     assert task.evaluate(model) == task.evaluate(model)  # one fixed draw of the held-out noise
-    assert task.evaluate(model)["val_loss"] != workloads.Digits().evaluate(model)["val_loss"]
+    assert task.evaluate(model)["val_loss"] != families.Digits().evaluate(model)["val_loss"]
     _, kind = workloads.build("tabular_adadelta")
     assert isinstance(workloads.make_optimizer(kind, model.parameters(), 1.0), torch.optim.Adadelta)
 
@@ -366,7 +366,7 @@ def test_the_bf16_mlp_runs_its_forward_pass_in_bfloat16_and_reverse_targets_the_
     seen = []
     model[0].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
     loss = task.loss(model, batch)
-    full = workloads.Digits().loss(model, batch)
+    full = families.Digits().loss(model, batch)
     assert seen == [torch.bfloat16, torch.float32] and optimizer == "sgd"
     assert loss.item() != full.item() and loss.item() == pytest.approx(full.item(), rel=0.02)
     loss.backward()
