@@ -3,9 +3,10 @@ noise, against the schedule's short-horizon bias, and holds otherwise (`Evidence
 the test; each `EvidenceConfig` field says what its rule is for and what it was measured against).
 
 One window's decision, per hyperparameter, reads in four steps (`EvidenceController._move`):
-1. the window's loss as the run sees it (`_read_trend`: its level, the stall tests, the fit floor), shared by
-   every hyperparameter;
-2. the schedule's phase and this window's evidence, pooled over recent windows into z (`_pool`);
+1. the window's loss as the run sees it (`read_trend`, a pure function: its level, the stall tests, the fit
+   floor), shared by every hyperparameter;
+2. the schedule's phase (`_Books.track`) and this window's evidence, pooled over recent windows into z
+   (`_pool`);
 3. the gates that hold a move the evidence asks for, each with the reason it gives (`_gate`);
 4. the move itself, its step doubling over a run of moves (`_step`), or the hold.
 """
@@ -423,7 +424,7 @@ class EvidenceController(Controller):
 
     def _move(self, state, window):
         cfg: EvidenceConfig = self.config  # type: ignore[assignment]
-        trend, replica_bias, replica_seen = _read_trend(cfg, state, window)
+        trend, replica_bias, replica_seen = read_trend(cfg, state, window)
         books = _Books.of(state)
         notes = [
             "what trains changed (parameters frozen or unfrozen): the evidence starts afresh"
@@ -459,7 +460,7 @@ class EvidenceController(Controller):
 
 
 @dataclass(frozen=True, slots=True)
-class _Trend:
+class Trend:
     """The window's loss as the run sees it, read once for every hyperparameter."""
 
     losses: list[float]
@@ -492,10 +493,14 @@ class _Trend:
     """The level is the highest of `since_first` (`run_down_on_new_high`)."""
 
 
-def _read_trend(
+def read_trend(
     cfg: EvidenceConfig, state: ControllerState, window: Window
-) -> tuple[_Trend, tuple[float, ...], tuple[int, ...]]:
-    """(the window's trend, the replicas' updated shard offsets, their updated window counts)."""
+) -> tuple[Trend, tuple[float, ...], tuple[int, ...]]:
+    """(the window's trend, the replicas' updated shard offsets, their updated window counts).
+
+    `state` is the controller's state before the window, its `windows` already counting it (as
+    `Controller.decide` passes it on); nothing else of `window` than its losses, health and the run's
+    starting loss is read."""
     losses = [x if ok else math.nan for x, ok in zip(window.losses, window.healthy, strict=True)]
     scored, replica_bias, replica_seen = _without_shard_bias(losses, state.replica_bias, state.replica_seen)
     if cfg.shard_correction:
@@ -551,7 +556,7 @@ def _read_trend(
             and _stalled(seen, cfg.stall_ratio, cfg.evidence_windows)
         )
     since_first = recent[1:] if len(recent) == index + 1 else recent
-    trend = _Trend(
+    trend = Trend(
         losses=losses,
         excluded=not all(window.healthy),
         level=level,
@@ -650,7 +655,7 @@ def _pool(
     name: str,
     p: ParamWindow,
     window: Window,
-    trend: _Trend,
+    trend: Trend,
     bias: int,
     previous: float,
 ) -> _Reading:
@@ -744,7 +749,7 @@ def _gate(
     name: str,
     p: ParamWindow,
     window: Window,
-    trend: _Trend,
+    trend: Trend,
     bias: int,
     reading: _Reading,
 ) -> _Verdict:
@@ -851,7 +856,7 @@ def _hold(
     books: _Books,
     name: str,
     p: ParamWindow,
-    trend: _Trend,
+    trend: Trend,
     reading: _Reading,
     verdict: _Verdict,
 ) -> None:
@@ -874,7 +879,7 @@ def _step(
     state: ControllerState,
     name: str,
     p: ParamWindow,
-    trend: _Trend,
+    trend: Trend,
     reading: _Reading,
     verdict: _Verdict,
 ) -> str:
