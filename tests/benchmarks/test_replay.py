@@ -23,6 +23,27 @@ def test_the_shipped_settings_reproduce_the_stored_runs_and_a_changed_one_is_fou
     assert all(not k.startswith("lm/") for k in found)  # the LM never reaches the floor
 
 
+TABLES = (
+    "quality_runs.jsonl",
+    "unseen_runs.jsonl",
+    "holdout_runs.jsonl",
+    "horizon_runs.jsonl",
+    "issue_setting_runs.jsonl",
+    "issue_setting_n2_runs.jsonl",
+    "issue_setting_n8_runs.jsonl",
+)
+
+
+def test_every_hdet_run_of_the_tables_is_the_shipped_controllers():
+    # docs/benchmarks.md's tables are the runs of the defaults that ship: fed back through today's controller
+    # every stored HDET run of them repeats each recorded decision (a default changed, or a refactor that
+    # moves one decision, fails here until the runs it changes are re-made)
+    rows = [(f, row) for f in TABLES for row in replay.hdet_runs(common.results_dir("full") / f)]
+    assert len(rows) >= 1000
+    other = [(f, row["key"]) for f, row in rows if replay.replayed(row, {}) != replay.recorded(row)]
+    assert other == [], f"{len(other)} stored runs of the tables were made by another controller: {other[:5]}"
+
+
 def test_a_rollback_past_the_offsets_limit_is_clamped_as_the_engine_clamps_it():
     # the waveforms CNN from 10x too high, seed 0, rolls back in its last window from 0.001x of its start
     # to "0.5 x the lowest replica's" rate, below the offset's lower limit (ln 1000): the engine clamps it
