@@ -463,7 +463,7 @@ class EvidenceController(Controller):
 class Trend:
     """The window's loss as the run sees it, read once for every hyperparameter."""
 
-    losses: list[float]
+    losses: tuple[float, ...]
     """Per replica, what the rank test reads: the loss (with `shard_correction` its log less the shard's
     running offset), NaN where the replica was left out."""
     excluded: bool
@@ -557,7 +557,7 @@ def read_trend(
         )
     since_first = recent[1:] if len(recent) == index + 1 else recent
     trend = Trend(
-        losses=losses,
+        losses=tuple(losses),
         excluded=not all(window.healthy),
         level=level,
         fitted=fitted,
