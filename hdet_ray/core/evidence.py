@@ -227,6 +227,25 @@ class EvidenceConfig(ControllerConfig):
     windows 0.95x-0.96x on 3 seeds of 10; one worse, 1.11x, where a blow-up's rollback it averted would
     have cut the rate further; docs/benchmarks.md). False: only from the window that completes the first
     pool."""
+    rise_rollback: float | None = 1.1
+    """Roll back a window of the rise (the schedule's base went up) in which every replica stayed healthy but
+    the median loss rose to at least this multiple of the lowest since the run's first window, giving back at
+    least `rise_giveback` of what the run had learned since that first window: the rate the schedule raised
+    undid the run's progress, so the window is undone and the rate cut as for a failed window (`rollback_cut`
+    x the lowest replica's, ahead of the rise). It acts before any rollback or restart only (what the run had
+    learned is not known after one). A rate 10x too high for an Adam-family network climbs into such a window
+    in the warm-up before its first pool of evidence is full, and the damage stays (its loss sat at the risen
+    level for the rest of the run while the rate came down): side by side on the 55 stored table runs it
+    changes (53 from 10x too high, 2 at an oracle's rate, none from 10x too low), the issue setting's LM from
+    10x too high 1.60x -> 1.09x of the oracle (on 2 and 8 processes 1.42x -> 1.09x, 1.63x -> 1.07x), a
+    post-norm ViT 10.5x -> 2.3x; 40 better, 9 level, 6 worse (docs/benchmarks.md, "Adopted 2026-12-07: a
+    window of the rise that undid what the run had learned rolls back"). Left out: a window that excluded a
+    replica (health has judged it; at their best rates the mixture of experts and the surface fit blow up one
+    replica in the rise and recover at the full rate: 1.13x and 1.17x when it rolled back too). None: no such
+    rollback."""
+    rise_giveback: float = 0.3
+    """With `rise_rollback`: the fraction of the run's progress (its first window's median loss less the
+    lowest since) the window must give back, so a wiggle on a loss near its floor never counts."""
     canary_ends_climb: bool = True
     """No move up of the rate on a window that excluded its top replica (the highest rate) as unhealthy:
     the run of moves up ends there and its pool starts afresh. The spread's top replica is the canary that
@@ -327,6 +346,10 @@ class EvidenceConfig(ControllerConfig):
             raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
         if self.fit_floor is not None and not 0.0 < self.fit_floor < 1.0:
             raise ValueError(f"fit_floor must be in (0, 1) or None, got {self.fit_floor}")
+        if self.rise_rollback is not None and not self.rise_rollback > 1.0:
+            raise ValueError(f"rise_rollback must be > 1 or None, got {self.rise_rollback}")
+        if not self.rise_giveback >= 0.0:
+            raise ValueError(f"rise_giveback must be >= 0, got {self.rise_giveback}")
         if self.first_pool_counts < 0:
             raise ValueError(f"first_pool_counts must be >= 0, got {self.first_pool_counts}")
         if self.held_up_max is not None and self.held_up_max < 0:
@@ -420,7 +443,27 @@ class EvidenceController(Controller):
         start afresh: a rate that was too low for a head trained alone is not too low for the whole network
         (the staged fine-tune of `benchmarks.unseen` climbed on the head's evidence and ended 3% behind).
         The offset stays, and so does what the run has seen of the edge (`came_down`, `top_offset`)."""
-        return replace(state, evidence={}, streak={}, first_verdict={}, recent_loss=())
+        return replace(state, evidence={}, streak={}, first_verdict={}, recent_loss=(), learned=())
+
+    def _rose(self, state: ControllerState, window: Window) -> str:
+        cfg: EvidenceConfig = self.config  # type: ignore[assignment]
+        name = cfg.rollback_param
+        if cfg.rise_rollback is None or len(state.learned) != 2 or name not in window.params:
+            return ""
+        previous = state.last_base.get(name, math.nan)
+        if not (all(window.healthy) and math.isfinite(previous) and window.params[name].base > previous):
+            return ""  # a window that left a replica out is health's to judge; outside the rise, no rule
+        level = read_trend(cfg, state, window)[0].level
+        first, lowest = state.learned
+        if not (math.isfinite(level) and math.isfinite(lowest) and first > lowest):
+            return ""
+        gave = (math.exp(level) - math.exp(lowest)) / (math.exp(first) - math.exp(lowest))
+        if level - lowest < math.log(cfg.rise_rollback) or gave < cfg.rise_giveback:
+            return ""
+        return (
+            f"{name}: while the rate rose the loss rose to {math.exp(level - lowest):.3g}x its lowest, giving"
+            f" back {gave:.2f} of what the run had learned"
+        )
 
     def _move(self, state, window):
         cfg: EvidenceConfig = self.config  # type: ignore[assignment]
@@ -455,6 +498,11 @@ class EvidenceController(Controller):
             came_down=books.came_down,
             first_verdict=books.first_verdict,
         )
+        if cfg.rise_rollback is not None and math.isfinite(trend.level):  # what the run has learned
+            if trend.index == 0:
+                state = replace(state, learned=(trend.level, math.inf))
+            elif len(state.learned) == 2:
+                state = replace(state, learned=(state.learned[0], min(state.learned[1], trend.level)))
         note = "; ".join(notes) or "no evidence beats the noise; holding"
         return state, books.offsets, books.signal, note
 

@@ -10,6 +10,8 @@ Every controller shares the same frame (`Controller.decide`):
    past `max_rollbacks` consecutive ones the Decision says `diverged` and the engine raises;
 2. the opening window (if the engine ran a wide range-test spread) -> jump to the best replica's value
    and converge onto that replica;
+2b. a window the subclass judges to have undone the run's learning with every replica healthy (`_rose`)
+   -> roll back as in 1;
 3. before `warmup_steps`, after `freeze_after` of the run, or with fewer than two finite losses -> hold;
 4. otherwise the subclass turns the window into a signal and a new offset (`_move`).
 The converge weights (plain mean, fitness-weighted, best replica) are part of the Decision too.
@@ -145,6 +147,9 @@ class ControllerState:
     (`EvidenceController`)."""
     widths: dict[str, float] = field(default_factory=dict)
     """Per hyperparameter: the spread width the next window uses (`Decision.widths`); absent: full."""
+    learned: tuple[float, ...] = ()
+    """The run's first window's median healthy log-loss and the lowest since, while no rollback or restart
+    has come (`EvidenceController`'s `rise_rollback`); empty otherwise."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -167,6 +172,7 @@ class ControllerState:
             "came_down": dict(self.came_down),
             "first_verdict": dict(self.first_verdict),
             "widths": dict(self.widths),
+            "learned": list(self.learned),
         }
 
     @classmethod
@@ -191,6 +197,7 @@ class ControllerState:
             came_down={k: bool(v) for k, v in d.get("came_down", {}).items()},
             first_verdict={k: int(v) for k, v in d.get("first_verdict", {}).items()},
             widths={k: float(v) for k, v in d.get("widths", {}).items()},
+            learned=tuple(float(x) for x in d.get("learned", ())),
         )
 
 
@@ -356,6 +363,10 @@ class Controller:
         state = replace(state, consecutive_rollbacks=0)
         if window.opening:
             return self._open(state, window)
+        rose = self._rose(state, window)
+        if rose:  # every replica healthy, yet the window undid what the run had learned
+            state, back = self._rollback(state, window)
+            return state, replace(back, note=f"{rose}; {back.note}")
         weights = self._weights(window)
         progress = window.step / window.total_steps if window.total_steps else 0.0
         finite = [x for x, ok in zip(window.losses, window.healthy, strict=True) if ok and math.isfinite(x)]
@@ -391,6 +402,11 @@ class Controller:
         self, state: ControllerState, window: Window
     ) -> tuple[ControllerState, dict[str, float], dict[str, float], str]:
         return state, dict(state.offsets), {}, "hold"
+
+    def _rose(self, state: ControllerState, window: Window) -> str:
+        """Why a window with every replica healthy rolls back, "" where it does not: this controller never
+        does (the evidence controller's `rise_rollback`)."""
+        return ""
 
     def _restart(self, state: ControllerState) -> ControllerState:
         """What trains changed (`Window.restart`): the state kept about the old problem is dropped. This
@@ -438,6 +454,7 @@ class Controller:
             consecutive_rollbacks=consecutive,
             last_base=last_base,
             widths={},  # every replica failed: the full spread (its top replica fails first) comes back
+            learned=(),
         )
         diverged = consecutive > cfg.max_rollbacks
         lone = f"one healthy replica of {window.replicas}" if any(window.healthy) else "no healthy replica"

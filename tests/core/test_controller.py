@@ -1,5 +1,6 @@
 """Controllers driven by scripted windows, checked against hand computations of the written formulas."""
 
+import json
 import math
 
 import pytest
@@ -503,7 +504,9 @@ def test_evidence_climbs_in_the_rise_once_the_run_has_stalled():
     assert not any(d.acted for d in ds)
     # earliest_climb=5 is the old rule (the stall test's full span of 4 windows after the first); the
     # windows 3 and 4 it holds would count toward the climb (`held_up_counts`), here off to see the doubling
-    c = make_controller("evidence", earliest_climb=5, held_up_counts=False)
+    # (and `rise_rollback`: the tie window below is the run's lowest loss, and the next one's rise from it
+    # would roll back)
+    c = make_controller("evidence", earliest_climb=5, held_up_counts=False, rise_rollback=None)
     _, ds = run(c, stalled)
     moved = [i for i, d in enumerate(ds) if d.acted]
     assert moved and moved[0] == 5 and ds[5].offsets["lr"] > 0
@@ -870,8 +873,15 @@ def test_evidence_runs_down_from_a_first_pool_of_lower_only_where_the_loss_has_s
         return run_moves(windows(losses))
 
     # past the edge of stability the loss stops falling as the warm-up raises the rate: it runs down from
-    # the window that completes the first pool while the loss still does not fall (a 10x too high LM)
-    assert moves([3.9, 2.8, 2.6, 2.7, 2.8, 3.0, 2.9, 2.9]) == [(3, -0.25), (4, -0.5), (5, -0.5)]
+    # the window that completes the first pool while the loss still does not fall (a 10x too high LM); at
+    # window 5 the loss has given back 31% of what the run had learned, which rolls back (`rise_rollback`)
+    assert run_moves(windows([3.9, 2.8, 2.6, 2.7, 2.8, 3.0, 2.9, 2.9]), rise_rollback=None) == [
+        (3, -0.25),
+        (4, -0.5),
+        (5, -0.5),
+    ]
+    _, ds = run(make_controller("evidence"), windows([3.9, 2.8, 2.6, 2.7, 2.8, 3.0]))
+    assert [i for i, d in enumerate(ds) if d.rollback] == [5]
     _, ds = run(make_controller("evidence"), windows([3.9, 2.8, 2.6, 2.7]))
     assert "the loss stopped falling: a rate too high" in ds[3].note  # the trajectory says why it moved
     # a window whose loss falls is no run down: there the ordinary rule decides (it moves on a stalled loss,
@@ -899,13 +909,56 @@ def test_evidence_runs_down_from_a_first_pool_of_lower_only_where_the_loss_has_s
     # `run_down_on_new_high` (on) starts it later only where the loss is the highest since the first window
     # (the run gave back what it had learned while the rate rose); `late` never got back above window 1's 2.8
     assert moves(late) == run_moves(windows(late), run_down_on_new_high=False)
-    risen = [3.9, 2.8, 2.6, 2.5, 2.9, 3.0]
-    assert moves(risen) == [(4, -0.25), (5, -0.5)]
+    risen = [3.9, 2.8, 2.6, 2.5, 2.9, 3.0]  # window 5 gives back 36% of it: `rise_rollback`, here off
+    assert run_moves(windows(risen), rise_rollback=None) == [(4, -0.25), (5, -0.5)]
     _, ds = run(make_controller("evidence"), windows(risen))
     assert "the loss stopped falling: a rate too high" in ds[4].note
-    assert run_moves(windows(risen), run_down_on_new_high=False) == [(4, -0.25)]
+    assert run_moves(windows(risen), run_down_on_new_high=False, rise_rollback=None) == [(4, -0.25)]
     # only in the rise's run-down windows: a new high after window 2 * (evidence_windows - 1) starts none
     assert moves([3.9, 2.8, 2.6, 2.5, 2.4, 2.3, 2.2, 2.9]) == moves([3.9, 2.8, 2.6, 2.5, 2.4, 2.3, 2.2, 2.2])
+
+
+def test_evidence_rolls_back_a_window_of_the_rise_that_undid_what_the_run_had_learned():
+    from dataclasses import replace
+
+    bases = [0.04, 0.2, 0.4, 0.6, 0.8, 1.0, 0.99, 0.95, 0.9, 0.85]  # 6 windows of rise, then the anneal
+
+    def windows(losses):  # every window says "higher": no move down interferes
+        return [
+            replace(window([x] * 4, index=i, step=10 * (i + 1), base=bases[i]), hypergradient=0.3)
+            for i, x in enumerate(losses)
+        ]
+
+    def rollbacks(losses, **settings):
+        _, ds = run(make_controller("evidence", **settings), windows(losses))
+        return [i for i, d in enumerate(ds) if d.rollback]
+
+    # a byte LM 10x too high under AdamW: the warm-up's rate lifts its loss from 2.6 to 3.1 with every replica
+    # healthy, giving back 38% of what it had learned since the first window (3.9): undone, the rate cut as
+    # for a failed window (0.5 x the lowest replica's, and ahead of the rise: x 0.6 / 0.8)
+    lm = [3.9, 2.8, 2.7, 2.6, 3.1]
+    assert rollbacks(lm) == [4]
+    _, ds = run(make_controller("evidence"), windows(lm))
+    assert "giving back 0.38 of what the run had learned" in ds[4].note
+    assert ds[4].offsets["lr"] == pytest.approx(math.log(0.5 * min(MULTS) * 0.6 / 0.8))
+    # not where it rose less than 1.1x, nor where it gave back less than 30% (a loss near its floor: 0.1 to
+    # 0.12 is 1.2x, yet 0.5% of the run's progress), nor with the rule off
+    assert rollbacks([3.9, 2.8, 2.7, 2.6, 2.8]) == []
+    assert rollbacks([3.9, 1.0, 0.5, 0.1, 0.12]) == []
+    assert rollbacks(lm, rise_rollback=None) == []
+    assert rollbacks(lm, rise_giveback=0.5) == []
+    # not on a window that left a replica out (health has judged it), nor in the anneal
+    left_out = windows(lm)
+    left_out[4] = replace(left_out[4], healthy=(True, True, True, False))
+    _, ds = run(make_controller("evidence"), left_out)
+    assert not any(d.rollback for d in ds)
+    assert rollbacks([3.9, 2.8, 2.7, 2.6, 2.5, 2.4, 3.0]) == []  # window 6: the base fell
+    # once only: after a rollback (or a restart) what the run had learned is no longer known
+    assert rollbacks([3.9, 2.8, 2.7, 2.6, 3.1, 3.4]) == [4]
+    # the state carries it through a checkpoint
+    state, _ = run(make_controller("evidence"), windows(lm[:4]))
+    assert state.learned == pytest.approx((math.log(3.9), math.log(2.6)))
+    assert ControllerState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
 
 
 def test_evidence_reads_a_first_pool_again_without_a_first_window_of_higher():
@@ -1025,6 +1078,10 @@ def test_evidence_settings_are_validated():
         make_controller("evidence", climb_from=0.0)
     with pytest.raises(ValueError, match="signal must be one of"):
         make_controller("evidence", signal="loss")
+    with pytest.raises(ValueError, match="rise_rollback"):
+        make_controller("evidence", rise_rollback=1.0)
+    with pytest.raises(ValueError, match="rise_giveback"):
+        make_controller("evidence", rise_giveback=-0.1)
 
 
 def test_evidence_removes_a_shards_own_difficulty():

@@ -671,9 +671,12 @@ DIES_OVER_TWO_WINDOWS = [  # (each step's loss, added per rank)
 ]
 
 
-def dies_over_two_windows(rank, world, then=(), **options):
-    # the losses are scripted (health reads what `step(loss=...)` reports); the parameters train for real
-    model, opt, sched = _short_run(**options)
+def dies_over_two_windows(rank, world, then=(), rise_rollback=None, **options):
+    # the losses are scripted (health reads what `step(loss=...)` reports); the parameters train for real.
+    # Window 2 is in the rise and gives back what the run had learned with every replica healthy, which the
+    # default controller rolls back itself (`rise_rollback`); off here, health's rollback target is tested
+    settings = {"rise_rollback": rise_rollback}
+    model, opt, sched = _short_run(controller_settings=settings, **options)
     g = torch.Generator().manual_seed(rank)
     out = {"rates": [], "emptied": []}
     for w, (losses, per_rank) in enumerate([*DIES_OVER_TWO_WINDOWS, *then]):
@@ -702,6 +705,16 @@ def test_a_dead_window_rolls_back_past_the_healthy_windows_it_died_over():
         # 1's sync
         assert torch.equal(o["after4"], outs[0]["after1"])
         assert not torch.equal(o["after2"], o["after1"])
+
+
+def test_a_window_of_the_rise_that_gave_back_what_the_run_had_learned_rolls_back_with_every_replica_healthy():
+    outs = run_ranks(dies_over_two_windows, 4, (), 1.1)
+    recs = outs[0]["records"]
+    assert recs[2]["rollback"] and all(recs[2]["healthy"]) and not recs[1]["rollback"]
+    assert "giving back" in recs[2]["note"] and "rolled back" in recs[2]["note"]
+    assert recs[2]["params"]["lr"]["new_offset"] < recs[2]["params"]["lr"]["offset"]  # the rate is cut
+    for o in outs:
+        assert torch.equal(o["after2"], outs[0]["after1"])  # back at window 1's sync, on every rank
 
 
 def rates_after_a_rollback(rank, world, warmup, adam):
