@@ -365,8 +365,7 @@ class Controller:
             return self._open(state, window)
         rose = self._rose(state, window)
         if rose:  # every replica healthy, yet the window undid what the run had learned
-            state, back = self._rollback(state, window)
-            return state, replace(back, note=f"{rose}; {back.note}")
+            return self._rollback(state, window, why=rose)
         weights = self._weights(window)
         progress = window.step / window.total_steps if window.total_steps else 0.0
         finite = [x for x, ok in zip(window.losses, window.healthy, strict=True) if ok and math.isfinite(x)]
@@ -414,7 +413,11 @@ class Controller:
         return state
 
     # -- shared pieces -------------------------------------------------------------------------------
-    def _rollback(self, state: ControllerState, window: Window) -> tuple[ControllerState, Decision]:
+    def _rollback(
+        self, state: ControllerState, window: Window, why: str = ""
+    ) -> tuple[ControllerState, Decision]:
+        """Roll back the window: every replica failed (or one of three or more is left), or `why` says
+        what else undid the run's learning (`_rose`)."""
         cfg = self.config
         offsets, last_base, ahead = dict(state.offsets), dict(state.last_base), ""
         target = (
@@ -457,8 +460,13 @@ class Controller:
             learned=(),
         )
         diverged = consecutive > cfg.max_rollbacks
-        lone = f"one healthy replica of {window.replicas}" if any(window.healthy) else "no healthy replica"
-        note = f"{lone}: rolled back; {target} to {cfg.rollback_cut:g} x the lowest replica's"
+        if not why:
+            why = (
+                "no healthy replica"
+                if not any(window.healthy)
+                else f"one healthy replica of {window.replicas}"
+            )
+        note = f"{why}: rolled back; {target} to {cfg.rollback_cut:g} x the lowest replica's"
         note += ahead
         if diverged:
             note += f"; {consecutive} consecutive rollbacks > max_rollbacks {cfg.max_rollbacks}"

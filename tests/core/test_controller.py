@@ -939,7 +939,8 @@ def test_evidence_rolls_back_a_window_of_the_rise_that_undid_what_the_run_had_le
     lm = [3.9, 2.8, 2.7, 2.6, 3.1]
     assert rollbacks(lm) == [4]
     _, ds = run(make_controller("evidence"), windows(lm))
-    assert "giving back 0.38 of what the run had learned" in ds[4].note
+    assert "giving back 0.38 of what the run had learned: rolled back" in ds[4].note
+    assert "healthy replica" not in ds[4].note  # every replica passed: the note says why instead
     assert ds[4].offsets["lr"] == pytest.approx(math.log(0.5 * min(MULTS) * 0.6 / 0.8))
     # not where it rose less than 1.1x, nor where it gave back less than 30% (a loss near its floor: 0.1 to
     # 0.12 is 1.2x, yet 0.5% of the run's progress), nor with the rule off
