@@ -453,7 +453,7 @@ class EvidenceController(Controller):
         previous = state.last_base.get(name, math.nan)
         if not (all(window.healthy) and math.isfinite(previous) and window.params[name].base > previous):
             return ""  # a window that left a replica out is health's to judge; outside the rise, no rule
-        level = read_trend(cfg, state, window)[0].level
+        level = _level(window)[0]
         first, lowest = state.learned
         if not (math.isfinite(level) and math.isfinite(lowest) and first > lowest):
             return ""
@@ -541,6 +541,15 @@ class Trend:
     """The level is the highest of `since_first` (`run_down_on_new_high`)."""
 
 
+def _level(window: Window) -> tuple[float, bool]:
+    """(the median healthy log-loss, NaN where no loss is healthy or one is at or below zero; whether one is:
+    a log-density's loss has no ratio to judge a stall or a rise by, so its level is unknown)."""
+    finite = [x for x, ok in zip(window.losses, window.healthy, strict=True) if ok and math.isfinite(x)]
+    unscaled = bool(finite) and min(finite) <= 0.0
+    healthy = [] if unscaled else [math.log(x) for x in finite]
+    return (statistics.median(healthy) if healthy else math.nan), unscaled
+
+
 def read_trend(
     cfg: EvidenceConfig, state: ControllerState, window: Window
 ) -> tuple[Trend, tuple[float, ...], tuple[int, ...]]:
@@ -553,11 +562,7 @@ def read_trend(
     scored, replica_bias, replica_seen = _without_shard_bias(losses, state.replica_bias, state.replica_seen)
     if cfg.shard_correction:
         losses = scored
-    finite = [x for x, ok in zip(window.losses, window.healthy, strict=True) if ok and math.isfinite(x)]
-    # a loss at or below zero (a log-density) has no ratio to judge a stall by: the level is unknown
-    unscaled = bool(finite) and min(finite) <= 0.0
-    healthy = [] if unscaled else [math.log(x) for x in finite]
-    level = statistics.median(healthy) if healthy else math.nan
+    level, unscaled = _level(window)
     # the network fits its training set: the training loss cannot tell a rate that generalises
     fitted = (
         cfg.fit_floor is not None
@@ -567,7 +572,7 @@ def read_trend(
     recent = state.recent_loss
     if unscaled:
         recent = ()
-    elif healthy:
+    elif math.isfinite(level):
         recent = (*recent, level)[-(cfg.evidence_windows + 1) :]
     # not (yet) known to have stalled: too few windows, or the median loss now is below stall_ratio x its
     # value evidence_windows windows ago, or a loss at or below zero

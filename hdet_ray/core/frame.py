@@ -456,7 +456,7 @@ class Controller:
             rollbacks=state.rollbacks + 1,
             consecutive_rollbacks=consecutive,
             last_base=last_base,
-            widths={},  # every replica failed: the full spread (its top replica fails first) comes back
+            widths={},  # the window failed: the full spread (its top replica fails first) comes back
             learned=(),
         )
         diverged = consecutive > cfg.max_rollbacks
