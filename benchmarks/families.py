@@ -486,16 +486,7 @@ class DigitsDeepMLP(Digits):
     depth: int = 6
     width: int = 64
     name: str = field(default="digits_deep_mlp", init=False)
-
-    def model(self, seed: int) -> nn.Module:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            layers: list[nn.Module] = []
-            size = 64
-            for _ in range(self.depth):
-                layers += [nn.Linear(size, self.width), nn.ReLU()]
-                size = self.width
-            return nn.Sequential(*layers, nn.Linear(size, 10))
+    # the network is `Digits.model`'s at this depth and width
 
 
 @dataclass
