@@ -55,7 +55,9 @@ multi-class hinge loss, which reaches exactly zero; SGD + momentum) and `bandit`
 bandit trained by REINFORCE: a surrogate loss around zero that measures nothing; Adam), and
 `bandit_miss` (the bandit reporting its miss rate, 1 - the mean reward, to HDET instead of the surrogate),
 then `lm_dropout` (the byte LM with dropout 0.1; AdamW) and `poisson64` (the physics-informed network in
-float64; Adam).
+float64; Adam), and on 2026-12-07 `siren` (the surface fitted by a network of sine units, w0 = 30; Adam),
+`augmented` (the BatchNorm CNN on digits shifted by up to a pixel each way, SGD with Nesterov momentum and
+weight decay) and `many_classes` (256 classes of noisy Gaussian prototypes, 64 rows a class; AdamW).
 """
 
 from __future__ import annotations
@@ -1714,3 +1716,89 @@ class Reverse(_Synthetic):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return _SequenceTransformer(self.vocab, self.length, self.dim, self.heads, self.layers)
+
+
+class _Sine(nn.Module):
+    """sin(w0 x): a SIREN's activation."""
+
+    def __init__(self, w0: float) -> None:
+        super().__init__()
+        self.w0 = w0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(self.w0 * x)
+
+
+@dataclass
+class Siren(Surface):
+    """The surface of `Surface` (full-batch, noise-free, MSE) fitted by a SIREN: three hidden layers of 128
+    with sine activations sin(w0 x), w0 = 30 as the SIREN paper sets it, and that paper's initialisation
+    (the first layer's weights uniform in +-1/2, the later ones in +-sqrt(6 / 128) / w0); Adam, the
+    paper's optimizer. A network of periodic units, whose loss surface is rough at scales a plain MLP's is
+    not. Metric the held-out MSE. No chance level is named."""
+
+    w0: float = 30.0
+    name: str = field(default="siren", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            net = _hidden_layers(2, self.width, 3, 1, partial(_Sine, self.w0))
+            linears = [m for m in net if isinstance(m, nn.Linear)]
+            with torch.no_grad():
+                for i, layer in enumerate(linears):
+                    bound = (
+                        1.0 / layer.in_features if i == 0 else math.sqrt(6.0 / layer.in_features) / self.w0
+                    )
+                    layer.weight.uniform_(-bound, bound)
+            return net
+
+
+@dataclass
+class DigitsAugmented(DigitsCNN):
+    """The BatchNorm CNN on the digits trained as image classifiers are: each training image shifted by
+    -1, 0 or +1 pixel in each direction (drawn per image from the rank's generator, the border filled with
+    zeros), under SGD with Nesterov momentum and weight decay 5e-4; validated on the held-out images as
+    they are. The training loss is read on shifted images, so it stays above what the network does on the
+    unshifted ones."""
+
+    name: str = field(default="digits_augmented", init=False)
+
+    def batches(self, rank: int, replicas: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed * 15485863 + rank)
+        for x, y in super().batches(rank, replicas, seed):
+            padded = nn.functional.pad(x.view(-1, 8, 8), (1, 1, 1, 1))
+            dx, dy = (torch.randint(0, 3, (len(x),), generator=g) for _ in range(2))
+            rows = (dy[:, None] + torch.arange(8))[:, :, None]
+            cols = (dx[:, None] + torch.arange(8))[:, None, :]
+            shifted = padded[torch.arange(len(x))[:, None, None], rows, cols]
+            yield shifted.reshape(len(x), 64), y
+
+
+@dataclass
+class ManyClasses(_Synthetic):
+    """Classification into 256 classes: each class a fixed random prototype in 64 dimensions (unit
+    Gaussian), each row its class's prototype plus Gaussian noise of sd 3, 64 training rows a class; an MLP
+    with two hidden ReLU layers of 256 and a 256-way softmax, AdamW. The loss starts near ln 256 = 5.5 and
+    the output layer is the network's largest. Metric validation cross-entropy. No chance level is named."""
+
+    classes: int = 256
+    features: int = 64
+    noise: float = 3.0
+    width: int = 256
+    train: int = 16384
+    validation: int = 2048
+    name: str = field(default="many_classes", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.cross_entropy)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        prototypes = torch.randn(self.classes, self.features, generator=g)
+        y = torch.randint(0, self.classes, (n,), generator=g)
+        return prototypes[y] + self.noise * torch.randn(n, self.features, generator=g), y
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _two_hidden(self.features, self.width, self.classes)

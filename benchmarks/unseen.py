@@ -131,6 +131,9 @@ CENTRE = {
     "bandit_miss": 1e-3,
     "lm_dropout": 3e-3,
     "poisson64": 1e-3,
+    "siren": 1e-4,
+    "augmented": 0.1,
+    "many_classes": 1e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

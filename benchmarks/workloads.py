@@ -39,6 +39,7 @@ from benchmarks.families import (
     DeepLinear,
     Denoising,
     DigitsAccumulated,
+    DigitsAugmented,
     DigitsAutoencoder,
     DigitsBandit,
     DigitsBF16,
@@ -61,6 +62,7 @@ from benchmarks.families import (
     Graph,
     Heteroscedastic,
     IllConditioned,
+    ManyClasses,
     Median,
     Multilabel,
     Poisson,
@@ -68,6 +70,7 @@ from benchmarks.families import (
     Ratings,
     Regression,
     Reverse,
+    Siren,
     SmallTargets,
     SmoothedTabular,
     Softmax,
@@ -204,6 +207,9 @@ TASKS = {
     "bandit_miss": (DigitsBandit, {"report_miss": True}, "adam"),
     "lm_dropout": (ByteLMDropout, {**SMALL_BYTES, "heads": 2}, "adamw"),
     "poisson64": (Poisson64, {}, "adam"),
+    "siren": (Siren, {}, "adam"),
+    "augmented": (DigitsAugmented, {}, "nesterov"),
+    "many_classes": (ManyClasses, {}, "adamw"),
 }
 
 

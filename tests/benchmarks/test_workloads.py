@@ -436,3 +436,28 @@ def test_the_lm_with_dropout_drops_while_training_only_and_the_float64_pinn_is_f
     assert math.isfinite(pinn.evaluate(net)["val_loss"])
     job = {"workload": "poisson64", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
     assert math.isfinite(workloads.run(0, 1, job)["metric"])
+
+
+def test_the_siren_the_shifted_digits_and_the_many_classes_build_as_their_docstrings_say():
+    siren, optimizer = workloads.build("siren")
+    net = siren.model(0)
+    first, second = [m for m in net if isinstance(m, torch.nn.Linear)][:2]
+    assert optimizer == "adam" and first.weight.abs().max() <= 0.5
+    assert second.weight.abs().max() <= math.sqrt(6 / 128) / 30
+    x = next(siren.batches(0, 4, 0))[0]
+    assert torch.allclose(
+        net[1](x @ first.weight.T + first.bias), torch.sin(30 * (x @ first.weight.T + first.bias))
+    )
+    shifted, optimizer = workloads.build("augmented")
+    plain, _ = workloads.build("cnn")
+    (x, y), (x0, y0) = next(shifted.batches(0, 4, 0)), next(plain.batches(0, 4, 0))
+    assert optimizer == "nesterov" and torch.equal(y, y0) and x.shape == x0.shape
+    assert not torch.equal(x, x0) and torch.all(x.sum(1) <= x0.sum(1) + 1e-5)  # moved, nothing added
+    assert shifted.evaluate(shifted.model(0)) == plain.evaluate(plain.model(0))  # validated unshifted
+    many, optimizer = workloads.build("many_classes")
+    model = many.model(0)
+    x, y = next(many.batches(0, 4, 0))
+    assert optimizer == "adamw" and model(x).shape == (32, 256) and int(y.max()) < 256
+    assert abs(many.loss(model, (x, y)).item() - math.log(256)) < 0.5
+    job = {"workload": "augmented", "steps": 4, "sync_every": 2, "max_lr": 0.1, "seed": 0, "arm": "hdet"}
+    assert math.isfinite(workloads.run(0, 1, job)["metric"])
