@@ -57,7 +57,11 @@ bandit trained by REINFORCE: a surrogate loss around zero that measures nothing;
 then `lm_dropout` (the byte LM with dropout 0.1; AdamW) and `poisson64` (the physics-informed network in
 float64; Adam), and on 2026-12-07 `siren` (the surface fitted by a network of sine units, w0 = 30; Adam),
 `augmented` (the BatchNorm CNN on digits shifted by up to a pixel each way, SGD with Nesterov momentum and
-weight decay) and `many_classes` (256 classes of noisy Gaussian prototypes, 64 rows a class; AdamW).
+weight decay) and `many_classes` (256 classes of noisy Gaussian prototypes, 64 rows a class; AdamW), then
+`forecast` (a GRU forecasting the chaotic Mackey-Glass series 8 steps ahead, validated on its latest
+stretch; Adam), `flow` (a RealNVP-style normalizing flow on two half-moons, whose negative log-likelihood
+goes below zero; Adam) and `click_through` (click prediction from 8 Zipf-distributed categorical fields
+through embeddings, 5% positive; AdamW).
 """
 
 from __future__ import annotations
@@ -1802,3 +1806,174 @@ class ManyClasses(_Synthetic):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return _two_hidden(self.features, self.width, self.classes)
+
+
+def _mackey_glass(n: int, g: torch.Generator, tau: int = 17) -> torch.Tensor:
+    """`n` values of the Mackey-Glass series (beta 0.2, gamma 0.1, exponent 10, delay `tau`, unit steps)
+    after a burn-in of 500, from a constant history of 1.2 plus a small draw from `g`: chaotic at tau 17."""
+    history = (1.2 + 0.01 * torch.randn(tau + 1, generator=g, dtype=torch.float64)).tolist()
+    for _ in range(500 + n):
+        lagged = history[-tau - 1]
+        history.append(history[-1] + 0.2 * lagged / (1.0 + lagged**10) - 0.1 * history[-1])
+    return torch.tensor(history[-n:], dtype=torch.float32)
+
+
+class _Forecaster(nn.Module):
+    """A GRU over a window of past values, its last state mapped to the next `horizon` values."""
+
+    def __init__(self, hidden: int, horizon: int) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(1, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, horizon)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(x[:, :, None])[0][:, -1])
+
+
+@dataclass
+class Forecast(_Synthetic):
+    """Time-series forecasting: from 32 past values of the chaotic Mackey-Glass series (standardised),
+    predict the next 8; a GRU of 64 units, MSE, Adam. The held-out windows are the series' last stretch (a
+    later time than every training window, as a forecast is judged), so they are the first rows only by
+    the split's convention. Metric the held-out MSE. No chance level is named."""
+
+    context: int = 32
+    horizon: int = 8
+    hidden: int = 64
+    name: str = field(default="forecast", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        span = self.context + self.horizon
+        series = _mackey_glass(n + span, g)
+        series = (series - series.mean()) / series.std()
+        windows = series.unfold(0, span, 1)[:n].flip(0)  # the latest windows first: held out
+        return windows[:, : self.context], windows[:, self.context :]
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _Forecaster(self.hidden, self.horizon)
+
+
+class _Coupling(nn.Module):
+    """An affine coupling on 2-D points: one coordinate (`keep`) passes, the other is scaled and shifted by
+    an MLP of it, the log-scale bounded by tanh. Returns the new points and each row's log |det|."""
+
+    def __init__(self, keep: int, width: int) -> None:
+        super().__init__()
+        self.keep = keep
+        self.net = nn.Sequential(
+            nn.Linear(1, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 2)
+        )
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kept, moved = x[:, self.keep : self.keep + 1], x[:, 1 - self.keep : 2 - self.keep]
+        log_scale, shift = self.net(kept).chunk(2, dim=1)
+        log_scale = torch.tanh(log_scale)
+        moved = moved * log_scale.exp() + shift
+        out = torch.cat([kept, moved], 1) if self.keep == 0 else torch.cat([moved, kept], 1)
+        return out, log_scale.squeeze(1)
+
+
+class _Flow(nn.Module):
+    """A RealNVP-style flow of affine couplings alternating which coordinate passes; `forward` gives each
+    row's log-density under a standard normal base."""
+
+    def __init__(self, couplings: int, width: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_Coupling(i % 2, width) for i in range(couplings))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        log_det = torch.zeros(len(x))
+        for layer in self.layers:
+            x, step = layer(x)
+            log_det = log_det + step
+        return -0.5 * (x**2).sum(1) - math.log(2 * math.pi) + log_det
+
+
+@dataclass
+class Flow(_Synthetic):
+    """Density estimation with a normalizing flow: two interleaved half-moons in the plane (Gaussian noise of
+    sd 0.1, standardised), modelled by 6 affine couplings with MLPs of width 64 (tanh-bounded log-scales);
+    the loss the negative log-likelihood in nats a point, which goes below zero as the density sharpens;
+    Adam. Metric the held-out negative log-likelihood. No chance level is named."""
+
+    couplings: int = 6
+    width: int = 64
+    name: str = field(default="flow", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    @staticmethod
+    def criterion(log_density: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+        return -log_density.mean()
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        upper = torch.rand(n, generator=g) < 0.5
+        angle = math.pi * torch.rand(n, generator=g)
+        x = torch.stack([angle.cos(), angle.sin()], 1)
+        x = torch.where(upper[:, None], x, torch.stack([1.0 - angle.cos(), 0.5 - angle.sin()], 1))
+        x = x + 0.1 * torch.randn(n, 2, generator=g)
+        x = (x - x.mean(0)) / x.std(0)
+        return x, x
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _Flow(self.couplings, self.width)
+
+
+class _FieldEmbeddings(nn.Module):
+    """One embedding table per categorical field, concatenated, then an MLP to one logit."""
+
+    def __init__(self, cardinalities: tuple[int, ...], dim: int, width: int) -> None:
+        super().__init__()
+        self.tables = nn.ModuleList(nn.Embedding(c, dim) for c in cardinalities)
+        self.mlp = nn.Sequential(nn.Linear(dim * len(cardinalities), width), nn.ReLU(), nn.Linear(width, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(torch.cat([t(x[:, i]) for i, t in enumerate(self.tables)], 1)).squeeze(1)
+
+
+@dataclass
+class ClickThrough(_Synthetic):
+    """Click-through prediction: 8 categorical fields (1,000 to 10 values each, Zipf-distributed, so most
+    rows share a few values and the rest are rare), a click drawn from a fixed logistic model of per-value
+    effects plus one two-field interaction, about 5% positive; an embedding of 8 per value and field, an MLP
+    of 128, binary cross-entropy on the logit; AdamW (its weight decay reaches the embeddings). Metric the
+    held-out log loss, whose floor is the clicks' own entropy. No chance level is named."""
+
+    cardinalities: tuple[int, ...] = (1000, 500, 200, 100, 50, 20, 10, 1000)
+    dim: int = 8
+    width: int = 128
+    train: int = 32768
+    validation: int = 4096
+    batch_size: int = 64
+    rate: float = 0.05
+    name: str = field(default="click_through", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.binary_cross_entropy_with_logits)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        fields, score = [], torch.zeros(n)
+        for c in self.cardinalities:
+            zipf = 1.0 / torch.arange(1, c + 1, dtype=torch.float32) ** 1.1
+            idx = torch.multinomial(zipf / zipf.sum(), n, replacement=True, generator=g)
+            score = score + 0.7 * torch.randn(c, generator=g)[idx]
+            fields.append(idx)
+        a, b = (torch.randn(c, 4, generator=g) for c in self.cardinalities[:2])
+        score = score + 0.5 * (a[fields[0]] * b[fields[1]]).sum(1)
+        bias = torch.zeros(())
+        for _ in range(50):  # Newton's method on the mean click rate
+            p = torch.sigmoid(score + bias)
+            bias = bias - (p.mean() - self.rate) / (p * (1 - p)).mean()
+        clicks = torch.bernoulli(torch.sigmoid(score + bias), generator=g)
+        return torch.stack(fields, 1), clicks
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _FieldEmbeddings(self.cardinalities, self.dim, self.width)

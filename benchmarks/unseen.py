@@ -134,6 +134,9 @@ CENTRE = {
     "siren": 1e-4,
     "augmented": 0.1,
     "many_classes": 1e-3,
+    "forecast": 3e-3,
+    "flow": 1e-3,
+    "click_through": 1e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -34,6 +34,7 @@ from benchmarks.families import (
     ByteLMDropout,
     ByteLSTM,
     ByteRNN,
+    ClickThrough,
     Counts,
     DecayGroups,
     DeepLinear,
@@ -59,6 +60,8 @@ from benchmarks.families import (
     Finetune,
     FinetuneGroups,
     FinetuneStaged,
+    Flow,
+    Forecast,
     Graph,
     Heteroscedastic,
     IllConditioned,
@@ -210,6 +213,9 @@ TASKS = {
     "siren": (Siren, {}, "adam"),
     "augmented": (DigitsAugmented, {}, "nesterov"),
     "many_classes": (ManyClasses, {}, "adamw"),
+    "forecast": (Forecast, {}, "adam"),
+    "flow": (Flow, {}, "adam"),
+    "click_through": (ClickThrough, {}, "adamw"),
 }
 
 

@@ -461,3 +461,25 @@ def test_the_siren_the_shifted_digits_and_the_many_classes_build_as_their_docstr
     assert abs(many.loss(model, (x, y)).item() - math.log(256)) < 0.5
     job = {"workload": "augmented", "steps": 4, "sync_every": 2, "max_lr": 0.1, "seed": 0, "arm": "hdet"}
     assert math.isfinite(workloads.run(0, 1, job)["metric"])
+
+
+def test_the_forecast_the_flow_and_the_clicks_build_as_their_docstrings_say():
+    forecast, optimizer = workloads.build("forecast")
+    x, y = forecast._data()
+    assert optimizer == "adam" and x.shape[1:] == (32,) and y.shape[1:] == (8,)
+    assert torch.allclose(x[1, 1:], x[0, :-1])  # each row one step earlier than the last: the latest held out
+    assert forecast.model(0)(x[:4]).shape == (4, 8)
+    flow, optimizer = workloads.build("flow")
+    net = flow.model(0)
+    points = next(flow.batches(0, 4, 0))[0]
+    assert optimizer == "adam" and net(points).shape == (len(points),)
+    assert flow.criterion(net(points), points).item() == pytest.approx(-net(points).mean().item())
+    axis = torch.arange(-8.0, 8.0, 0.04)
+    grid = torch.cartesian_prod(axis, axis)
+    with torch.no_grad():  # a density: the change of variables' log |det| is right if it integrates to 1
+        assert net(grid).exp().sum().item() * 0.04**2 == pytest.approx(1.0, abs=0.02)
+    clicks, optimizer = workloads.build("click_through")
+    fields, labels = clicks._data()
+    assert optimizer == "adamw" and 0.03 < labels.mean().item() < 0.07
+    assert [int(fields[:, i].max()) < c for i, c in enumerate(clicks.cardinalities)] == [True] * 8
+    assert clicks.model(0)(fields[:5]).shape == (5,)
