@@ -1864,9 +1864,7 @@ class _Coupling(nn.Module):
     def __init__(self, keep: int, width: int) -> None:
         super().__init__()
         self.keep = keep
-        self.net = nn.Sequential(
-            nn.Linear(1, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 2)
-        )
+        self.net = _hidden_layers(1, width, 2, 2, nn.ReLU)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         kept, moved = x[:, self.keep : self.keep + 1], x[:, 1 - self.keep : 2 - self.keep]
@@ -1931,7 +1929,7 @@ class _FieldEmbeddings(nn.Module):
     def __init__(self, cardinalities: tuple[int, ...], dim: int, width: int) -> None:
         super().__init__()
         self.tables = nn.ModuleList(nn.Embedding(c, dim) for c in cardinalities)
-        self.mlp = nn.Sequential(nn.Linear(dim * len(cardinalities), width), nn.ReLU(), nn.Linear(width, 1))
+        self.mlp = _hidden_layers(dim * len(cardinalities), width, 1, 1, nn.ReLU)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.mlp(torch.cat([t(x[:, i]) for i, t in enumerate(self.tables)], 1)).squeeze(1)
