@@ -61,7 +61,10 @@ weight decay) and `many_classes` (256 classes of noisy Gaussian prototypes, 64 r
 `forecast` (a GRU forecasting the chaotic Mackey-Glass series 8 steps ahead, validated on its latest
 stretch; Adam), `flow` (a RealNVP-style normalizing flow on two half-moons, whose negative log-likelihood
 goes below zero; Adam) and `click_through` (click prediction from 8 Zipf-distributed categorical fields
-through embeddings, 5% positive; AdamW).
+through embeddings, 5% positive; AdamW), then `private` (the digits MLP under DP-SGD: each example's gradient
+clipped, Gaussian noise of fixed size added to the batch's; SGD + momentum), `mixup` (the digits MLP on
+batches blended with a shuffle of themselves, alpha 0.4, validated clean; AdamW) and `adversarial` (the
+digits MLP under FGSM adversarial training with a random start, validated under the attack; Adam).
 """
 
 from __future__ import annotations
@@ -1975,3 +1978,106 @@ class ClickThrough(_Synthetic):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return _FieldEmbeddings(self.cardinalities, self.dim, self.width)
+
+
+def _inner(model: nn.Module) -> nn.Module:
+    """The network itself: a DDP wrapper's module (fixed OneCycle's runs), else the model. A forward pass
+    whose graph is not back-propagated into the parameters (an attack's, a per-example gradient's) goes
+    through it, since DDP expects every forward in training to be followed by one backward."""
+    return getattr(model, "module", model)
+
+
+@dataclass
+class DigitsPrivate(Digits):
+    """The digits MLP trained by DP-SGD (Abadi et al. 2016), as a differentially private run is written:
+    each example's gradient is clipped to norm `clip` (a per-example gradient by `torch.func`; the loss is
+    the examples' losses weighted by min(1, clip / their gradient's norm), whose gradient is the clipped
+    mean), and Gaussian noise of standard deviation `noise_multiplier` x `clip` / batch is added to every
+    coordinate of the batch's gradient (the global generator, seeded per rank; each rank adds its own, so the
+    mean over 4 ranks carries half of it). The noise's norm is several times the clipped gradient's: a
+    gradient dominated by noise of fixed size, whatever the loss. SGD + momentum; reported to HDET is the
+    examples' plain mean loss, as a DP run logs it. Metric: the held-out cross-entropy."""
+
+    clip: float = 1.0
+    noise_multiplier: float = 1.0
+    name: str = field(default="digits_private", init=False)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        net = _inner(model)
+        params = {k: p.detach() for k, p in net.named_parameters()}
+
+        def one(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+            return self.criterion(torch.func.functional_call(net, p, (xi[None],)), yi[None])
+
+        grads = torch.func.vmap(torch.func.grad(one), in_dims=(None, 0, 0))(params, x, y)
+        norms = torch.sqrt(sum(g.pow(2).flatten(1).sum(1) for g in grads.values()))
+        weights = (self.clip / (norms + 1e-12)).clamp(max=1.0)
+        losses = self.criterion(model(x), y, reduction="none")
+        self._mean = losses.mean().detach()
+        scale = self.noise_multiplier * self.clip / len(y)
+        noise = sum((p * torch.randn_like(p)).sum() for p in model.parameters()) * scale
+        return (weights * losses).mean() + noise - noise.detach()  # the noise in the gradient, not the value
+
+    def reported(self, loss: torch.Tensor) -> torch.Tensor:
+        """What the user gives `step(loss=...)`: the examples' unweighted mean loss."""
+        return self._mean
+
+
+@dataclass
+class DigitsMixup(Digits):
+    """The digits MLP trained with mixup (Zhang et al. 2018, alpha 0.4): each batch is blended with a
+    shuffle of itself by a weight drawn from Beta(alpha, alpha) (the global generator, seeded per rank), the
+    loss the same blend of the two labels' cross-entropies; validated on clean images. The training loss has
+    a floor well above zero that moves with each batch's draw, and it is not the loss the model is judged
+    on. AdamW."""
+
+    alpha: float = 0.4
+    name: str = field(default="digits_mixup", init=False)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        blend = float(torch.distributions.Beta(self.alpha, self.alpha).sample())
+        other = torch.randperm(len(y))
+        out = model(blend * x + (1.0 - blend) * x[other])
+        return blend * self.criterion(out, y) + (1.0 - blend) * self.criterion(out, y[other])
+
+
+@dataclass
+class DigitsAdversarial(Digits):
+    """The digits MLP under adversarial training (FGSM with a random start, Wong et al. 2020): each batch's
+    images are moved to a uniform random point within `epsilon` of themselves (pixels in [0, 1]; the global
+    generator, seeded per rank), then 1.25 `epsilon` along the sign of the loss's gradient there, projected
+    back within `epsilon` and into [0, 1], and the step trains on the moved images: a loss that is a
+    maximum over inputs, whose surface changes as the model does. Adam. Metric: the held-out cross-entropy
+    under the same attack from the clean images (no random start: a fixed robust loss)."""
+
+    epsilon: float = 0.1
+    name: str = field(default="digits_adversarial", init=False)
+
+    def _attack(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, start: torch.Tensor
+    ) -> torch.Tensor:
+        with torch.enable_grad():
+            moved = (x + start).clamp(0.0, 1.0).requires_grad_(True)
+            (g,) = torch.autograd.grad(self.criterion(_inner(model)(moved), y), moved)
+        step = start + 1.25 * self.epsilon * g.sign()
+        return (x + step.clamp(-self.epsilon, self.epsilon)).clamp(0.0, 1.0).detach()
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        start = (2.0 * torch.rand_like(x) - 1.0) * self.epsilon
+        return self.criterion(model(self._attack(model, x, y, start)), y)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x, y = self.validation_set()
+        was_training = model.training
+        model.eval()
+        moved = self._attack(model, x, y, torch.zeros_like(x))
+        with torch.no_grad():
+            logits = _inner(model)(moved)
+        model.train(was_training)
+        return {
+            "val_loss": float(self.criterion(logits, y)),
+            "val_accuracy": float((logits.argmax(1) == y).float().mean()),
+        }

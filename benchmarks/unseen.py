@@ -137,6 +137,9 @@ CENTRE = {
     "forecast": 3e-3,
     "flow": 1e-3,
     "click_through": 1e-3,
+    "private": 0.1,
+    "mixup": 1e-3,
+    "adversarial": 1e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -40,10 +40,11 @@ from benchmarks.families import (
     DeepLinear,
     Denoising,
     DigitsAccumulated,
+    DigitsAdversarial,
     DigitsAugmented,
     DigitsAutoencoder,
-    DigitsBandit,
     DigitsBF16,
+    DigitsBandit,
     DigitsBinarized,
     DigitsCNN,
     DigitsContrastive,
@@ -52,7 +53,9 @@ from benchmarks.families import (
     DigitsExperts,
     DigitsFullBatch,
     DigitsHinge,
+    DigitsMixup,
     DigitsNoisyLabels,
+    DigitsPrivate,
     DigitsResNet,
     DigitsSpectral,
     DigitsVAE,
@@ -216,6 +219,9 @@ TASKS = {
     "forecast": (Forecast, {}, "adam"),
     "flow": (Flow, {}, "adam"),
     "click_through": (ClickThrough, {}, "adamw"),
+    "private": (DigitsPrivate, {}, "sgd"),
+    "mixup": (DigitsMixup, {}, "adamw"),
+    "adversarial": (DigitsAdversarial, {}, "adam"),
 }
 
 

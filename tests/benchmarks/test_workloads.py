@@ -483,3 +483,43 @@ def test_the_forecast_the_flow_and_the_clicks_build_as_their_docstrings_say():
     assert optimizer == "adamw" and 0.03 < labels.mean().item() < 0.07
     assert [int(fields[:, i].max()) < c for i, c in enumerate(clicks.cardinalities)] == [True] * 8
     assert clicks.model(0)(fields[:5]).shape == (5,)
+
+
+def test_the_private_the_mixup_and_the_adversarial_digits_build_as_their_docstrings_say():
+    plain, _ = workloads.build("mlp")
+    private, optimizer = workloads.build("private")
+    batch = next(private.batches(0, 4, 0))
+    net = private.model(0)
+    assert optimizer == "sgd" and torch.equal(batch[0], next(plain.batches(0, 4, 0))[0])
+
+    def gradient(task, **fields):
+        net.zero_grad()
+        for name, value in fields.items():
+            setattr(task, name, value)
+        loss = task.loss(net, batch)
+        loss.backward()
+        return torch.cat([p.grad.flatten() for p in net.parameters()]), loss
+
+    unclipped, _ = gradient(private, clip=1e9, noise_multiplier=0.0)
+    assert torch.allclose(unclipped, gradient(plain)[0], atol=1e-6)  # no clip, no noise: the plain gradient
+    clipped, _ = gradient(private, clip=0.01, noise_multiplier=0.0)
+    assert clipped.norm() <= 0.01 + 1e-6 < unclipped.norm()  # a mean of examples clipped to 0.01
+    noisy, loss = gradient(private, clip=1.0, noise_multiplier=1.0)
+    expected = math.sqrt(sum(p.numel() for p in net.parameters())) / len(batch[1])
+    assert 0.8 * expected < noisy.norm() < 1.2 * expected + 1.0  # the noise's norm, several clipped norms
+    assert private.reported(loss).item() == pytest.approx(plain.loss(net, batch).item())
+
+    mixup, optimizer = workloads.build("mixup")
+    assert optimizer == "adamw" and mixup.evaluate(net) == plain.evaluate(net)  # validated on clean images
+    torch.manual_seed(0)
+    assert mixup.loss(net, batch).item() != pytest.approx(plain.loss(net, batch).item())
+
+    adversarial, optimizer = workloads.build("adversarial")
+    x, y = batch
+    moved = adversarial._attack(net, x, y, (2.0 * torch.rand_like(x) - 1.0) * adversarial.epsilon)
+    assert optimizer == "adam" and (moved - x).abs().max() <= adversarial.epsilon + 1e-6
+    assert moved.min() >= 0.0 and moved.max() <= 1.0
+    robust, clean = adversarial.evaluate(net), plain.evaluate(net)
+    assert robust["val_loss"] > clean["val_loss"]  # the attack raises the held-out loss
+    job = {"workload": "private", "steps": 4, "sync_every": 2, "max_lr": 0.1, "seed": 0, "arm": "hdet"}
+    assert math.isfinite(workloads.run(0, 1, job)["metric"])
