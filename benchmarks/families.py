@@ -64,7 +64,11 @@ goes below zero; Adam) and `click_through` (click prediction from 8 Zipf-distrib
 through embeddings, 5% positive; AdamW), then `private` (the digits MLP under DP-SGD: each example's gradient
 clipped, Gaussian noise of fixed size added to the batch's; SGD + momentum), `mixup` (the digits MLP on
 batches blended with a shuffle of themselves, alpha 0.4, validated clean; AdamW) and `adversarial` (the
-digits MLP under FGSM adversarial training with a random start, validated under the attack; Adam).
+digits MLP under FGSM adversarial training with a random start, validated under the attack; Adam), then
+`long_tail` (the digits MLP on a training set whose class c keeps 0.7 ** c of its images, validated
+balanced; SGD + momentum), `ema` (the digits MLP scored on an exponential moving average of its weights,
+the user's own copy; AdamW) and `sparse_autoencoder` (an overcomplete ReLU autoencoder on the digits with
+an L1 penalty on its codes; Adam).
 """
 
 from __future__ import annotations
@@ -2081,3 +2085,89 @@ class DigitsAdversarial(Digits):
             "val_loss": float(self.criterion(logits, y)),
             "val_accuracy": float((logits.argmax(1) == y).float().mean()),
         }
+
+
+@dataclass
+class DigitsLongTail(Digits):
+    """The digits MLP (SGD + momentum) on a long-tailed training set: of class c's training images a fixed
+    `keep` ** c are kept, each image by a fixed draw (class 0 all 145, class 9 about 4% in expectation: 476
+    images, the rarest class 5 of them, 29 to 1), validated on the balanced held-out images. The training
+    loss is the head classes', the validation loss weighs the tail's few images, which the run learns late
+    and memorises."""
+
+    keep: float = 0.7
+    name: str = field(default="digits_long_tail", init=False)
+
+    def training_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = super().training_set()
+        draw = torch.rand(len(y), generator=torch.Generator().manual_seed(20261207))
+        kept = draw < self.keep ** y.float()
+        return x[kept], y[kept]
+
+
+@dataclass
+class DigitsEMA(Digits):
+    """The digits MLP (AdamW) scored on an exponential moving average of its weights (decay 0.99, a time
+    constant of 100 steps), as diffusion and many vision scripts keep one: `torch.optim.swa_utils.
+    AveragedModel` updated from each rank's own network before every step (the user's copy: HDET neither
+    averages nor rolls it back), and the held-out cross-entropy is the average's on rank 0. The metric
+    lags the weights HDET trains by the average's window."""
+
+    decay: float = 0.99
+    name: str = field(default="digits_ema", init=False)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        net = _inner(model)
+        if getattr(self, "_average", None) is None:
+            from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+            self._average = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(self.decay))
+        self._average.update_parameters(net)
+        return super().loss(model, batch)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """The held-out metrics of the average (of `model` itself before any step)."""
+        average = getattr(self, "_average", None)
+        return super().evaluate(model if average is None else average.module)
+
+
+class _SparseAutoencoder(nn.Module):
+    """An overcomplete ReLU encoder and a linear decoder; `forward` gives the reconstruction and the codes."""
+
+    def __init__(self, inputs: int, codes: int) -> None:
+        super().__init__()
+        self.encode = nn.Linear(inputs, codes)
+        self.decode = nn.Linear(codes, inputs)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        codes = torch.relu(self.encode(x))
+        return self.decode(codes), codes
+
+
+@dataclass
+class DigitsSparseAutoencoder(Digits):
+    """A sparse autoencoder on the 8x8 digits, as interpretability work trains one: 64 -> 256 ReLU codes ->
+    64, the loss the reconstruction's squared error per image plus `sparsity` x the codes' L1 norm, two
+    terms that pull against each other (codes die as the penalty wins). Adam. Metric: the same objective on
+    the held-out images. No chance level: not a classifier."""
+
+    codes: int = 256
+    sparsity: float = 0.05
+    name: str = field(default="digits_sparse_autoencoder", init=False)
+    chance_loss: float | None = field(default=None, init=False)  # type: ignore[assignment]
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _SparseAutoencoder(64, self.codes)
+
+    def objective(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        out, codes = model(x)
+        return (out - x).pow(2).sum(1).mean() + self.sparsity * codes.abs().sum(1).mean()
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        return self.objective(model, batch[0])
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {"val_loss": float(self.objective(model, self.validation_set()[0]))}

@@ -140,6 +140,9 @@ CENTRE = {
     "private": 0.1,
     "mixup": 1e-3,
     "adversarial": 1e-3,
+    "long_tail": 0.1,
+    "ema": 1e-3,
+    "sparse_autoencoder": 1e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

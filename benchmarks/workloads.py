@@ -50,13 +50,16 @@ from benchmarks.families import (
     DigitsContrastive,
     DigitsCurriculum,
     DigitsDeepMLP,
+    DigitsEMA,
     DigitsExperts,
     DigitsFullBatch,
     DigitsHinge,
+    DigitsLongTail,
     DigitsMixup,
     DigitsNoisyLabels,
     DigitsPrivate,
     DigitsResNet,
+    DigitsSparseAutoencoder,
     DigitsSpectral,
     DigitsVAE,
     DigitsViT,
@@ -222,6 +225,9 @@ TASKS = {
     "private": (DigitsPrivate, {}, "sgd"),
     "mixup": (DigitsMixup, {}, "adamw"),
     "adversarial": (DigitsAdversarial, {}, "adam"),
+    "long_tail": (DigitsLongTail, {}, "sgd"),
+    "ema": (DigitsEMA, {}, "adamw"),
+    "sparse_autoencoder": (DigitsSparseAutoencoder, {}, "adam"),
 }
 
 

@@ -523,3 +523,37 @@ def test_the_private_the_mixup_and_the_adversarial_digits_build_as_their_docstri
     assert robust["val_loss"] > clean["val_loss"]  # the attack raises the held-out loss
     job = {"workload": "private", "steps": 4, "sync_every": 2, "max_lr": 0.1, "seed": 0, "arm": "hdet"}
     assert math.isfinite(workloads.run(0, 1, job)["metric"])
+
+
+def test_the_long_tail_the_ema_and_the_sparse_autoencoder_build_as_their_docstrings_say():
+    plain, _ = workloads.build("mlp")
+    tail, optimizer = workloads.build("long_tail")
+    counts = torch.bincount(tail.training_set()[1], minlength=10)
+    assert optimizer == "sgd" and counts[0] == torch.bincount(plain.training_set()[1])[0]  # the head whole
+    assert counts[0] > 20 * counts.min() > 0 and torch.equal(
+        tail.validation_set()[1], plain.validation_set()[1]
+    )
+
+    ema, optimizer = workloads.build("ema")
+    net = ema.model(0)
+    batch = next(ema.batches(0, 4, 0))
+    assert optimizer == "adamw" and ema.evaluate(net) == plain.evaluate(net)  # no step yet: the network
+    sgd = torch.optim.SGD(net.parameters(), lr=1.0)
+    for _ in range(3):
+        sgd.zero_grad()
+        ema.loss(net, batch).backward()
+        sgd.step()
+    assert ema.evaluate(net) != plain.evaluate(net)  # the average lags the network's weights
+    ema.loss(net, batch)
+    first = next(iter(ema._average.module.parameters()))
+    assert not torch.equal(first, next(iter(net.parameters())))
+
+    sparse, optimizer = workloads.build("sparse_autoencoder")
+    model = sparse.model(0)
+    x = next(sparse.batches(0, 4, 0))[0]
+    out, codes = model(x)
+    assert optimizer == "adam" and out.shape == x.shape and codes.shape == (len(x), 256) and codes.min() >= 0
+    expected = (out - x).pow(2).sum(1).mean() + 0.05 * codes.sum(1).mean()
+    assert sparse.loss(model, (x, None)).item() == pytest.approx(expected.item())
+    job = {"workload": "ema", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
+    assert math.isfinite(workloads.run(0, 1, job)["metric"])
