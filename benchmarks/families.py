@@ -68,7 +68,10 @@ digits MLP under FGSM adversarial training with a random start, validated under 
 `long_tail` (the digits MLP on a training set whose class c keeps 0.7 ** c of its images, validated
 balanced; SGD + momentum), `ema` (the digits MLP scored on an exponential moving average of its weights,
 the user's own copy; AdamW) and `sparse_autoencoder` (an overcomplete ReLU autoencoder on the digits with
-an L1 penalty on its codes; Adam).
+an L1 penalty on its codes; Adam), then `vq` (a vector-quantised autoencoder on the digits, a codebook of
+64 with the straight-through estimator; Adam), `multitask` (one trunk, two heads: the digit's class and the
+image's unstandardised total ink, their losses summed; AdamW) and `distill` (a narrow student distilled from
+a wider teacher at temperature 4; SGD + momentum).
 """
 
 from __future__ import annotations
@@ -2171,3 +2174,138 @@ class DigitsSparseAutoencoder(Digits):
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         return {"val_loss": float(self.objective(model, self.validation_set()[0]))}
+
+
+class _VectorQuantised(nn.Module):
+    """An encoder to `dim`, a codebook of `codes` vectors, a decoder from the nearest code (the
+    straight-through estimator passes the decoder's gradient to the encoder); `forward` gives the
+    reconstruction, the encoding and its nearest code."""
+
+    def __init__(self, codes: int, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.encode = _hidden_layers(64, hidden, 1, dim, nn.ReLU)
+        self.codebook = nn.Parameter(torch.empty(codes, dim).uniform_(-1.0 / codes, 1.0 / codes))
+        self.decode = _hidden_layers(dim, hidden, 1, 64, nn.ReLU)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        z = self.encode(x)
+        code = self.codebook[torch.cdist(z, self.codebook).argmin(1)]
+        return self.decode(z + (code - z).detach()), z, code
+
+
+@dataclass
+class DigitsVQ(Digits):
+    """A vector-quantised autoencoder on the 8x8 digits (van den Oord et al. 2017): 64 -> 128 -> 8, snapped to
+    the nearest of 64 codebook vectors (drawn uniform in +-1/64, as common implementations start them), 8 ->
+    128 -> 64; the loss the reconstruction's MSE plus the codebook's (the codes pulled to the encodings) plus
+    0.25 x the commitment's (the encodings to the codes). A code no encoding picks gets no gradient and stays
+    dead. Adam. Metric: the held-out reconstruction MSE through the codebook. No chance level."""
+
+    codes: int = 64
+    dim: int = 8
+    hidden: int = 128
+    commitment: float = 0.25
+    name: str = field(default="digits_vq", init=False)
+    chance_loss: float | None = field(default=None, init=False)  # type: ignore[assignment]
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _VectorQuantised(self.codes, self.dim, self.hidden)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x = batch[0]
+        out, z, code = model(x)
+        mse = nn.functional.mse_loss
+        return mse(out, x) + mse(code, z.detach()) + self.commitment * mse(z, code.detach())
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        x = self.validation_set()[0]
+        return {"val_loss": float(nn.functional.mse_loss(model(x)[0], x))}
+
+
+class _TwoHeads(nn.Module):
+    """A shared MLP trunk and two linear heads: the class logits and one regression output."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU())
+        self.classes = nn.Linear(width, 10)
+        self.value = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(x)
+        return self.classes(h), self.value(h).squeeze(1)
+
+
+@dataclass
+class DigitsMultitask(Digits):
+    """Two tasks on one trunk, their losses summed as a user first writes it: the digit's class
+    (cross-entropy) and the image's total ink (the sum of its 64 pixels in [0, 1], about 19 ± 4, regressed
+    unstandardised: its squared error starts near 400). The sum's scale falls by 100x as the ink is learned,
+    then the classification's loss is most of it. AdamW. Metric: the same sum on the held-out images."""
+
+    name: str = field(default="digits_multitask", init=False)
+    chance_loss: float | None = field(default=None, init=False)  # type: ignore[assignment]
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _TwoHeads(self.width)
+
+    def objective(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits, ink = model(x)
+        return self.criterion(logits, y) + nn.functional.mse_loss(ink, x.sum(1))
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        return self.objective(model, *batch)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {"val_loss": float(self.objective(model, *self.validation_set()))}
+
+
+_TEACHERS: dict[tuple[Any, ...], nn.Module] = {}
+
+
+@dataclass
+class DigitsDistill(Digits):
+    """Knowledge distillation (Hinton et al. 2015) into a narrow student: the digits MLP of width 32 (SGD +
+    momentum) trained on 0.9 x the KL divergence from a teacher's softened predictions (temperature 4,
+    scaled by its square) plus 0.1 x the labels' cross-entropy. The teacher, an MLP of two hidden layers of
+    256, is trained once per process on the same training images (Adam at 1e-3, 600 batches of 64 from
+    seed 0: the same on every rank and run). The soft term's gradient in the logits is the temperature times
+    a cross-entropy's, so the student's best rate sits below plain training's. Metric: the student's held-out
+    cross-entropy against the labels."""
+
+    width: int = 32
+    temperature: float = 4.0
+    soft: float = 0.9
+    name: str = field(default="digits_distill", init=False)
+
+    def teacher(self) -> nn.Module:
+        key = ("v1", self.validation)
+        if key not in _TEACHERS:
+            x, y = self.training_set()
+            with torch.random.fork_rng(devices=[]), torch.enable_grad():
+                torch.manual_seed(0)
+                net = _hidden_layers(64, 256, 2, 10, nn.ReLU)
+                opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+                g = torch.Generator().manual_seed(0)
+                for _ in range(600):
+                    idx = torch.randint(0, len(y), (64,), generator=g)
+                    opt.zero_grad()
+                    nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+                    opt.step()
+            _TEACHERS[key] = net.eval().requires_grad_(False)
+        return _TEACHERS[key]
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        logits, t, teacher = model(x), self.temperature, self.teacher()
+        with torch.no_grad():
+            target = nn.functional.log_softmax(teacher(x) / t, 1)
+        student = nn.functional.log_softmax(logits / t, 1)
+        kl = nn.functional.kl_div(student, target, reduction="batchmean", log_target=True)
+        return self.soft * t * t * kl + (1.0 - self.soft) * self.criterion(logits, y)

@@ -143,6 +143,9 @@ CENTRE = {
     "long_tail": 0.1,
     "ema": 1e-3,
     "sparse_autoencoder": 1e-3,
+    "vq": 1e-3,
+    "multitask": 1e-3,
+    "distill": 0.1,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

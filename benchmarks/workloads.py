@@ -50,12 +50,14 @@ from benchmarks.families import (
     DigitsContrastive,
     DigitsCurriculum,
     DigitsDeepMLP,
+    DigitsDistill,
     DigitsEMA,
     DigitsExperts,
     DigitsFullBatch,
     DigitsHinge,
     DigitsLongTail,
     DigitsMixup,
+    DigitsMultitask,
     DigitsNoisyLabels,
     DigitsPrivate,
     DigitsResNet,
@@ -63,6 +65,7 @@ from benchmarks.families import (
     DigitsSpectral,
     DigitsVAE,
     DigitsViT,
+    DigitsVQ,
     Finetune,
     FinetuneGroups,
     FinetuneStaged,
@@ -228,6 +231,9 @@ TASKS = {
     "long_tail": (DigitsLongTail, {}, "sgd"),
     "ema": (DigitsEMA, {}, "adamw"),
     "sparse_autoencoder": (DigitsSparseAutoencoder, {}, "adam"),
+    "vq": (DigitsVQ, {}, "adam"),
+    "multitask": (DigitsMultitask, {}, "adamw"),
+    "distill": (DigitsDistill, {}, "sgd"),
 }
 
 

@@ -557,3 +557,41 @@ def test_the_long_tail_the_ema_and_the_sparse_autoencoder_build_as_their_docstri
     assert sparse.loss(model, (x, None)).item() == pytest.approx(expected.item())
     job = {"workload": "ema", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
     assert math.isfinite(workloads.run(0, 1, job)["metric"])
+
+
+def test_the_vq_the_multitask_and_the_distilled_digits_build_as_their_docstrings_say():
+    vq, optimizer = workloads.build("vq")
+    net = vq.model(0)
+    x = next(vq.batches(0, 4, 0))[0]
+    out, z, code = net(x)
+    assert optimizer == "adam" and out.shape == x.shape and z.shape == code.shape == (len(x), 8)
+    assert torch.equal(code, net.codebook[torch.cdist(z, net.codebook).argmin(1)])  # the nearest code
+    vq.loss(net, (x, None)).backward()
+    assert (
+        net.encode[0].weight.grad.abs().sum() > 0
+    )  # the decoder's gradient passes the snap straight through
+    assert net.codebook.abs().max() <= 1.0 / 64
+
+    multi, optimizer = workloads.build("multitask")
+    model = multi.model(0)
+    x, y = next(multi.batches(0, 4, 0))
+    logits, ink = model(x)
+    assert optimizer == "adamw" and logits.shape == (len(x), 10) and ink.shape == (len(x),)
+    assert (
+        multi.loss(model, (x, y)).item() > 100
+    )  # the ink's squared error, unstandardised, dominates at first
+
+    distill, optimizer = workloads.build("distill")
+    teacher, student = distill.teacher(), distill.model(0)
+    assert optimizer == "sgd" and teacher is distill.teacher() and student[0].out_features == 32
+    assert distill.evaluate(teacher)["val_accuracy"] > 0.9
+    x, y = next(distill.batches(0, 4, 0))
+    distill.soft = 0.0  # no soft term: the plain cross-entropy
+    assert distill.loss(student, (x, y)).item() == pytest.approx(distill.criterion(student(x), y).item())
+    distill.soft = 1.0
+    with torch.no_grad():
+        assert distill.loss(teacher, (x, y)).item() == pytest.approx(
+            0.0, abs=1e-5
+        )  # the teacher matches itself
+    job = {"workload": "vq", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
+    assert math.isfinite(workloads.run(0, 1, job)["metric"])
