@@ -71,7 +71,10 @@ the user's own copy; AdamW) and `sparse_autoencoder` (an overcomplete ReLU autoe
 an L1 penalty on its codes; Adam), then `vq` (a vector-quantised autoencoder on the digits, a codebook of
 64 with the straight-through estimator; Adam), `multitask` (one trunk, two heads: the digit's class and the
 image's unstandardised total ink, their losses summed; AdamW) and `distill` (a narrow student distilled from
-a wider teacher at temperature 4; SGD + momentum).
+a wider teacher at temperature 4; SGD + momentum), then `lora` (the fine-tune by low-rank adapters beside
+its frozen pretrained layers; AdamW), `weight_norm` (the digits MLP with weight-normalised layers; SGD +
+momentum) and `bayes` (a Bayesian MLP on the digits by Bayes by backprop, weights drawn in every forward
+pass, the KL to the prior most of the loss; Adam).
 """
 
 from __future__ import annotations
@@ -2309,3 +2312,105 @@ class DigitsDistill(Digits):
         student = nn.functional.log_softmax(logits / t, 1)
         kl = nn.functional.kl_div(student, target, reduction="batchmean", log_target=True)
         return self.soft * t * t * kl + (1.0 - self.soft) * self.criterion(logits, y)
+
+
+class _LoRALinear(nn.Module):
+    """A frozen linear layer plus a trainable low-rank update, `scale` x B A (A drawn as `nn.Linear` draws
+    its weights, B zero: the layer starts as the frozen one)."""
+
+    def __init__(self, base: nn.Linear, rank: int, scale: float) -> None:
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        self.down = nn.Linear(base.in_features, rank, bias=False)
+        self.up = nn.Linear(rank, base.out_features, bias=False)
+        nn.init.zeros_(self.up.weight)
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.scale * self.up(self.down(x))
+
+
+@dataclass
+class FinetuneLoRA(Finetune):
+    """The fine-tune above by LoRA (Hu et al. 2021), as parameter-efficient fine-tuning is written: every
+    pretrained layer of the body frozen, a rank-`rank` update beside each (alpha / rank = 2), the new head
+    trained whole; AdamW over every parameter (the frozen ones get no gradient). The update starts at zero,
+    so the first steps move only the adapters' second factors and the head."""
+
+    rank: int = 4
+    name: str = field(default="finetune_lora", init=False)  # type: ignore[assignment]
+
+    def model(self, seed: int) -> nn.Module:
+        net = super().model(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            for i, layer in enumerate(net[:-1]):
+                if isinstance(layer, nn.Linear):
+                    net[i] = _LoRALinear(layer, self.rank, 2.0)
+        return net
+
+
+@dataclass
+class DigitsWeightNorm(Digits):
+    """The digits MLP (SGD + momentum) with every linear layer weight-normalised (Salimans and Kingma 2016,
+    `nn.utils.parametrizations.weight_norm`): each row of a weight is a trained gain times a trained
+    direction over its norm, so the direction's effective step shrinks as its norm grows, and the
+    parameters HDET averages are the parametrization's (`parametrizations.weight.original0` and
+    `original1`)."""
+
+    name: str = field(default="digits_weight_norm", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        net = super().model(seed)
+        for layer in net:
+            if isinstance(layer, nn.Linear):
+                nn.utils.parametrizations.weight_norm(layer)
+        return net
+
+
+class _BayesLinear(nn.Module):
+    """A linear layer with a factorised Gaussian over its weights (a mean and a softplus scale each, the
+    bias a point estimate): in training each forward pass draws the weights by the reparameterisation trick
+    (the global generator); in eval mode it uses the means."""
+
+    def __init__(self, inputs: int, outputs: int) -> None:
+        super().__init__()
+        self.mean = nn.Parameter(torch.empty(outputs, inputs).uniform_(-1.0, 1.0) / math.sqrt(inputs))
+        self.rho = nn.Parameter(torch.full((outputs, inputs), -5.0))
+        self.bias = nn.Parameter(torch.zeros(outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.mean
+        if self.training:
+            weight = weight + nn.functional.softplus(self.rho) * torch.randn_like(weight)
+        return nn.functional.linear(x, weight, self.bias)
+
+    def kl(self) -> torch.Tensor:
+        """KL(the weights' Gaussian || N(0, 1)), summed."""
+        sigma = nn.functional.softplus(self.rho)
+        return (0.5 * (sigma.pow(2) + self.mean.pow(2) - 1.0) - sigma.log()).sum()
+
+
+@dataclass
+class DigitsBayes(Digits):
+    """A Bayesian MLP on the digits trained by Bayes by backprop (Blundell et al. 2015): 64 -> 128 -> 128 ->
+    10, ReLU, every weight a Gaussian drawn afresh in each forward pass, the loss the cross-entropy plus the
+    weights' KL to a standard normal prior over the training set's size (the negative ELBO per image).
+    The loss is noisy by the weights' draw as well as the batch's, and at the start the KL term is most of
+    it (about 78 of 80: scales of 0.007 against the prior's 1), falling slowly as the scales grow, while the
+    cross-entropy, the part the metric measures, is learned underneath. Adam. Metric: the held-out
+    cross-entropy at the means."""
+
+    name: str = field(default="digits_bayes", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            w = self.width
+            return nn.Sequential(
+                _BayesLinear(64, w), nn.ReLU(), _BayesLinear(w, w), nn.ReLU(), _BayesLinear(w, 10)
+            )
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        kl = sum(m.kl() for m in _inner(model).modules() if isinstance(m, _BayesLinear))
+        return super().loss(model, batch) + kl / len(self.training_set()[1])

@@ -146,6 +146,9 @@ CENTRE = {
     "vq": 1e-3,
     "multitask": 1e-3,
     "distill": 0.1,
+    "lora": 1e-3,
+    "weight_norm": 0.1,
+    "bayes": 1e-3,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -44,6 +44,7 @@ from benchmarks.families import (
     DigitsAugmented,
     DigitsAutoencoder,
     DigitsBandit,
+    DigitsBayes,
     DigitsBF16,
     DigitsBinarized,
     DigitsCNN,
@@ -66,8 +67,10 @@ from benchmarks.families import (
     DigitsVAE,
     DigitsViT,
     DigitsVQ,
+    DigitsWeightNorm,
     Finetune,
     FinetuneGroups,
+    FinetuneLoRA,
     FinetuneStaged,
     Flow,
     Forecast,
@@ -234,6 +237,9 @@ TASKS = {
     "vq": (DigitsVQ, {}, "adam"),
     "multitask": (DigitsMultitask, {}, "adamw"),
     "distill": (DigitsDistill, {}, "sgd"),
+    "lora": (FinetuneLoRA, {}, "adamw"),
+    "weight_norm": (DigitsWeightNorm, {}, "sgd"),
+    "bayes": (DigitsBayes, {}, "adam"),
 }
 
 

@@ -595,3 +595,35 @@ def test_the_vq_the_multitask_and_the_distilled_digits_build_as_their_docstrings
         )  # the teacher matches itself
     job = {"workload": "vq", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
     assert math.isfinite(workloads.run(0, 1, job)["metric"])
+
+
+def test_the_lora_the_weight_norm_and_the_bayes_build_as_their_docstrings_say():
+    lora, optimizer = workloads.build("lora")
+    full, _ = workloads.build("finetune")
+    net, plain = lora.model(0), full.model(0)
+    x, y = next(lora.batches(0, 4, 0))
+    assert optimizer == "adamw" and torch.allclose(net(x), plain(x))  # the update starts at zero
+    trainable = [n for n, p in net.named_parameters() if p.requires_grad]
+    assert trainable and all(
+        ".down." in n or ".up." in n or n.startswith(f"{len(net) - 1}.") for n in trainable
+    )
+    lora.loss(net, (x, y)).backward()
+    assert all(p.grad is None for n, p in net.named_parameters() if ".base." in n)  # the body stays frozen
+
+    norm, optimizer = workloads.build("weight_norm")
+    model = norm.model(0)
+    names = [n for n, _ in model.named_parameters()]
+    assert optimizer == "sgd" and "0.parametrizations.weight.original0" in names
+    mlp, _ = workloads.build("mlp")
+    x, y = next(norm.batches(0, 4, 0))
+    assert torch.allclose(model(x), mlp.model(0)(x), atol=1e-5)  # the same function at the start
+
+    bayes, optimizer = workloads.build("bayes")
+    model = bayes.model(0)
+    assert optimizer == "adam" and not torch.equal(model(x), model(x))  # weights drawn in each pass
+    model.eval()
+    assert torch.equal(model(x), model(x))  # the means in eval mode
+    model.train()
+    assert bayes.loss(model, (x, y)).item() > 10 * mlp.loss(mlp.model(0), (x, y)).item()  # the KL dominates
+    job = {"workload": "bayes", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
+    assert math.isfinite(workloads.run(0, 1, job)["metric"])
