@@ -283,6 +283,23 @@ def _whole_share(x: torch.Tensor, y: torch.Tensor, validation: int, rank: int, r
         yield x, y
 
 
+def _pretrain(
+    net: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, batch: int, seed: int
+) -> nn.Module:
+    """`net` trained once, the same bits on every call: Adam at 1e-3 on the cross-entropy, `steps` batches of
+    `batch` rows drawn with replacement by a generator seeded `seed` (gradients on even where the caller
+    runs under `torch.no_grad`)."""
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(seed)
+    with torch.enable_grad():
+        for _ in range(steps):
+            idx = torch.randint(0, len(y), (batch,), generator=g)
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+            opt.step()
+    return net
+
+
 def _two_hidden(inputs: int, width: int, outputs: int, dropout: float = 0.0) -> nn.Sequential:
     """An MLP with two hidden ReLU layers of `width`, each followed by dropout if `dropout` > 0."""
     layers: list[nn.Module] = []
@@ -867,14 +884,9 @@ class Finetune(_Synthetic):
             x, y = self._source()
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
-                net = _two_hidden(self.features, self.width, self.classes)
-                opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-                g = torch.Generator().manual_seed(2)
-                for _ in range(self.pretrain_steps):
-                    idx = torch.randint(0, len(y), (128,), generator=g)
-                    opt.zero_grad()
-                    nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
-                    opt.step()
+                net = _pretrain(
+                    _two_hidden(self.features, self.width, self.classes), x, y, self.pretrain_steps, 128, 2
+                )
             _PRETRAINED[key] = {k: v.detach().clone() for k, v in net.state_dict().items()}
             # one process's pretraining serves the rest (the 4 ranks of a run, the next runs): it is
             # deterministic, so whichever process writes it writes the same bits; written whole or not at all
@@ -2291,16 +2303,9 @@ class DigitsDistill(Digits):
         key = ("v1", self.validation)
         if key not in _TEACHERS:
             x, y = self.training_set()
-            with torch.random.fork_rng(devices=[]), torch.enable_grad():
+            with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
-                net = _hidden_layers(64, 256, 2, 10, nn.ReLU)
-                opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-                g = torch.Generator().manual_seed(0)
-                for _ in range(600):
-                    idx = torch.randint(0, len(y), (64,), generator=g)
-                    opt.zero_grad()
-                    nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
-                    opt.step()
+                net = _pretrain(_hidden_layers(64, 256, 2, 10, nn.ReLU), x, y, 600, 64, 0)
             _TEACHERS[key] = net.eval().requires_grad_(False)
         return _TEACHERS[key]
 
