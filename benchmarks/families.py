@@ -74,7 +74,10 @@ image's unstandardised total ink, their losses summed; AdamW) and `distill` (a n
 a wider teacher at temperature 4; SGD + momentum), then `lora` (the fine-tune by low-rank adapters beside
 its frozen pretrained layers; AdamW), `weight_norm` (the digits MLP with weight-normalised layers; SGD +
 momentum) and `bayes` (a Bayesian MLP on the digits by Bayes by backprop, weights drawn in every forward
-pass, the KL to the prior most of the loss; Adam).
+pass, the KL to the prior most of the loss; Adam), then `segmentation` (a U-Net labelling every pixel of
+16x16 images of disks and squares; Adam), `masked_lm` (BERT's masked-byte objective on the LM's text, a
+bidirectional transformer encoder; AdamW) and `depthwise` (a MobileNet-style CNN of depthwise-separable blocks
+with GroupNorm and SiLU on the digits; SGD + momentum).
 """
 
 from __future__ import annotations
@@ -2419,3 +2422,180 @@ class DigitsBayes(Digits):
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         kl = sum(m.kl() for m in _inner(model).modules() if isinstance(m, _BayesLinear))
         return super().loss(model, batch) + kl / len(self.training_set()[1])
+
+
+def _shapes(n: int, size: int, g: torch.Generator, shapes: int = 3) -> torch.Tensor:
+    """Per-pixel labels (n, size, size) of up to `shapes` filled shapes each (the first always drawn, the
+    others with probability 0.8): 0 background, 1 a disk, 2 a square, of half-width 2 to 5 pixels at a random
+    centre; a later shape covers an earlier one."""
+    grid = torch.arange(size, dtype=torch.float32)
+    row, col = grid.view(1, size, 1), grid.view(1, 1, size)
+    labels = torch.zeros(n, size, size, dtype=torch.long)
+    for i in range(shapes):
+        present = (torch.rand(n, generator=g) < 0.8) | (i == 0)
+        kind = torch.randint(1, 3, (n,), generator=g)
+        cy, cx = (torch.rand(2, n, 1, 1, generator=g) * size).unbind(0)
+        half = 2.0 + 3.0 * torch.rand(n, 1, 1, generator=g)
+        disk = (row - cy) ** 2 + (col - cx) ** 2 <= half**2
+        square = ((row - cy).abs() <= half) & ((col - cx).abs() <= half)
+        inside = torch.where(kind.view(n, 1, 1) == 1, disk, square) & present.view(n, 1, 1)
+        labels = torch.where(inside, kind.view(n, 1, 1), labels)
+    return labels
+
+
+class _UNet(nn.Module):
+    """A two-level U-Net: two 3x3 conv + BatchNorm + ReLU blocks at full resolution, two at half (after a
+    2x2 max-pool), nearest-neighbour upsampling, the full-resolution features concatenated back (the skip),
+    one block and a 1x1 conv to the classes' logits per pixel."""
+
+    def __init__(self, channels: int, classes: int) -> None:
+        super().__init__()
+        c = channels
+
+        def block(inputs: int, outputs: int) -> list[nn.Module]:
+            return [nn.Conv2d(inputs, outputs, 3, padding=1), nn.BatchNorm2d(outputs), nn.ReLU()]
+
+        self.encode = nn.Sequential(*block(1, c), *block(c, c))
+        self.down = nn.Sequential(nn.MaxPool2d(2), *block(c, 2 * c), *block(2 * c, 2 * c))
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.decode = nn.Sequential(*block(3 * c, c), nn.Conv2d(c, classes, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skip = self.encode(x)
+        return self.decode(torch.cat([skip, self.up(self.down(skip))], dim=1))
+
+
+@dataclass
+class Segmentation(_Synthetic):
+    """Semantic segmentation: 16x16 images of up to three filled disks and squares (`_shapes`) at intensity 1
+    on a background of 0, Gaussian pixel noise of sd 0.5 on both, every pixel labelled background, disk or
+    square; a U-Net (`_UNet`, 16 channels, BatchNorm) trained on the per-pixel cross-entropy, Adam. A disk and
+    a square of one size differ only at their corners and edges, so the network must read shape, not
+    intensity. Metric: the held-out per-pixel cross-entropy (chance ln 3 on balanced classes; here most pixels
+    are background, so no chance level is named)."""
+
+    size: int = 16
+    channels: int = 16
+    train: int = 4096
+    validation: int = 512
+    noise: float = 0.5
+    name: str = field(default="segmentation", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(nn.functional.cross_entropy)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        labels = _shapes(n, self.size, g)
+        images = (labels > 0).float() + self.noise * torch.randn(n, self.size, self.size, generator=g)
+        return images.unsqueeze(1), labels
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _UNet(self.channels, 3)
+
+
+MASK = 256
+"""The masked byte LM's mask token: one past the 256 byte values."""
+
+
+@dataclass
+class MaskedLM(ByteLM):
+    """A masked byte LM (BERT's objective on the quality benchmark's text, the standard library's source):
+    in each window of `context` bytes a random `mask_rate` of the positions is replaced by a mask token, and a
+    bidirectional transformer encoder (`_SequenceTransformer`, pre-norm, no causal mask) predicts the bytes
+    there; the cross-entropy is over the masked positions only, so each step's loss is an average over about
+    `mask_rate` x `batch_size` x `context` = 77 bytes (a noisier loss than the causal LM's 512). AdamW. Metric:
+    the held-out masked cross-entropy in nats per byte, over fixed masks (chance ln 256)."""
+
+    context: int = 32
+    dim: int = 32
+    layers: int = 2
+    heads: int = 2
+    val_bytes: int = 16_384
+    mask_rate: float = 0.15
+    name: str = field(default="masked_lm", init=False)
+    metric: str = field(default="val_loss", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _SequenceTransformer(MASK + 1, self.context, self.dim, self.heads, self.layers)
+
+    def _masked(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the inputs with a random `mask_rate` of positions masked, the targets: the byte there, -100
+        elsewhere)."""
+        masked = torch.rand(x.shape, generator=g) < self.mask_rate
+        return torch.where(masked, MASK, x), torch.where(masked, x, -100)
+
+    def batches(self, rank: int, replicas: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed * 7919 + rank + 104729)
+        for x, _ in super().batches(rank, replicas, seed):
+            yield self._masked(x, g)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        _, val = self._data()
+        n = len(val) // self.context
+        x, y = self._masked(val[: n * self.context].view(n, self.context), torch.Generator().manual_seed(0))
+        was_training = model.training
+        model.eval()
+        total = sum(
+            float(
+                nn.functional.cross_entropy(
+                    model(x[i : i + 64]).flatten(0, 1),
+                    y[i : i + 64].flatten(),
+                    ignore_index=-100,
+                    reduction="sum",
+                )
+            )
+            for i in range(0, n, 64)
+        )
+        model.train(was_training)
+        return {"val_loss": total / int((y >= 0).sum())}
+
+
+class _Separable(nn.Sequential):
+    """A depthwise-separable block (MobileNet's): a 3x3 depthwise conv and a 1x1 pointwise conv, each
+    followed by GroupNorm and SiLU."""
+
+    def __init__(self, inputs: int, outputs: int) -> None:
+        super().__init__(
+            nn.Conv2d(inputs, inputs, 3, padding=1, groups=inputs),
+            nn.GroupNorm(8, inputs),
+            nn.SiLU(),
+            nn.Conv2d(inputs, outputs, 1),
+            nn.GroupNorm(8, outputs),
+            nn.SiLU(),
+        )
+
+
+@dataclass
+class DigitsDepthwise(Digits):
+    """A MobileNet-style CNN on the 8x8 digits: a 3x3 stem conv to 32 channels, two depthwise-separable blocks
+    (`_Separable`) around a 2x2 max-pool (32 -> 64 channels), global average pooling and a linear head;
+    GroupNorm (8 groups) and SiLU throughout, no BatchNorm. SGD + momentum. The digits' split and metric."""
+
+    channels: int = 32
+    name: str = field(default="digits_depthwise", init=False)
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            c = self.channels
+            return nn.Sequential(
+                nn.Unflatten(1, (1, 8, 8)),
+                nn.Conv2d(1, c, 3, padding=1),
+                nn.GroupNorm(8, c),
+                nn.SiLU(),
+                _Separable(c, c),
+                nn.MaxPool2d(2),
+                _Separable(c, 2 * c),
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
+                nn.Linear(2 * c, 10),
+            )

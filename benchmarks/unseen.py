@@ -149,6 +149,9 @@ CENTRE = {
     "lora": 1e-3,
     "weight_norm": 0.1,
     "bayes": 1e-3,
+    "segmentation": 1e-3,
+    "masked_lm": 3e-3,
+    "depthwise": 0.1,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

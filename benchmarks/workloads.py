@@ -50,6 +50,7 @@ from benchmarks.families import (
     DigitsCNN,
     DigitsContrastive,
     DigitsCurriculum,
+    DigitsDepthwise,
     DigitsDeepMLP,
     DigitsDistill,
     DigitsEMA,
@@ -78,6 +79,7 @@ from benchmarks.families import (
     Heteroscedastic,
     IllConditioned,
     ManyClasses,
+    MaskedLM,
     Median,
     Multilabel,
     Poisson,
@@ -85,6 +87,7 @@ from benchmarks.families import (
     Ratings,
     Regression,
     Reverse,
+    Segmentation,
     Siren,
     SmallTargets,
     SmoothedTabular,
@@ -240,6 +243,9 @@ TASKS = {
     "lora": (FinetuneLoRA, {}, "adamw"),
     "weight_norm": (DigitsWeightNorm, {}, "sgd"),
     "bayes": (DigitsBayes, {}, "adam"),
+    "segmentation": (Segmentation, {}, "adam"),
+    "masked_lm": (MaskedLM, {}, "adamw"),
+    "depthwise": (DigitsDepthwise, {}, "sgd"),
 }
 
 

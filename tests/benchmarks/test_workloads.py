@@ -627,3 +627,31 @@ def test_the_lora_the_weight_norm_and_the_bayes_build_as_their_docstrings_say():
     assert bayes.loss(model, (x, y)).item() > 10 * mlp.loss(mlp.model(0), (x, y)).item()  # the KL dominates
     job = {"workload": "bayes", "steps": 4, "sync_every": 2, "max_lr": 1e-3, "seed": 0, "arm": "hdet"}
     assert math.isfinite(workloads.run(0, 1, job)["metric"])
+
+
+def test_the_segmentation_the_masked_lm_and_the_depthwise_cnn_build_as_their_docstrings_say():
+    seg, optimizer = workloads.build("segmentation")
+    images, labels = seg._data()
+    assert optimizer == "adam" and images.shape == (4608, 1, 16, 16) and labels.shape == (4608, 16, 16)
+    assert set(labels.unique().tolist()) == {0, 1, 2} and (labels > 0).flatten(1).any(1).all()  # a shape each
+    clean = (images.squeeze(1) > 0.5).float()  # above the midpoint: mostly the shapes' pixels
+    assert (clean == (labels > 0).float()).float().mean() > 0.8
+    x, y = next(seg.batches(0, 4, 0))
+    assert seg.model(0)(x).shape == (32, 3, 16, 16) and y.shape == (32, 16, 16)
+
+    masked, optimizer = workloads.build("masked_lm")
+    x, y = next(masked.batches(0, 4, 0))
+    hidden = x == families.MASK
+    assert optimizer == "adamw" and torch.equal(hidden, y >= 0)  # scored exactly where masked
+    assert 0.05 < hidden.float().mean() < 0.3 and bool((x[~hidden] < 256).all())
+    model = masked.model(0)
+    assert masked.loss(model, (x, y)).item() == pytest.approx(math.log(257), rel=0.1)  # near chance at start
+    assert masked.evaluate(model) == masked.evaluate(model)  # fixed validation masks
+
+    depthwise, optimizer = workloads.build("depthwise")
+    net = depthwise.model(0)
+    grouped = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d) and m.groups > 1]
+    assert optimizer == "sgd" and len(grouped) == 2 and all(m.groups == m.in_channels for m in grouped)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())
+    x, y = next(depthwise.batches(0, 4, 0))
+    assert net(x).shape == (32, 10)
