@@ -2504,9 +2504,9 @@ class MaskedLM(ByteLM):
     """A masked byte LM (BERT's objective on the quality benchmark's text, the standard library's source):
     in each window of `context` bytes a random `mask_rate` of the positions is replaced by a mask token, and a
     bidirectional transformer encoder (`_SequenceTransformer`, pre-norm, no causal mask) predicts the bytes
-    there; the cross-entropy is over the masked positions only, so each step's loss is an average over about
-    `mask_rate` x `batch_size` x `context` = 77 bytes (a noisier loss than the causal LM's 512). AdamW. Metric:
-    the held-out masked cross-entropy in nats per byte, over fixed masks (chance ln 256)."""
+    there; the cross-entropy is over the masked positions only, so each step's loss is an average over
+    about `mask_rate` x `batch_size` x `context` = 77 bytes (a noisier loss than the causal LM's 512).
+    AdamW. Metric: the held-out masked cross-entropy in nats per byte, over fixed masks (chance ln 256)."""
 
     context: int = 32
     dim: int = 32
