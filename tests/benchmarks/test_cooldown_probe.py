@@ -18,7 +18,8 @@ def test_the_schedule_is_onecycle_s_shape_with_zeros_past_the_end():
     rates = probe.schedule(0.1)
     peak = max(range(probe.STEPS), key=rates.__getitem__)
     assert rates[peak] == pytest.approx(0.1) and peak == pytest.approx(0.3 * probe.STEPS, abs=2)
-    assert rates[0] == pytest.approx(0.1 / 25) and rates[probe.STEPS :] == [0.0] * (probe.WINDOW + probe.COOLDOWN)
+    assert rates[0] == pytest.approx(0.1 / 25)
+    assert rates[probe.STEPS :] == [0.0] * (probe.WINDOW + probe.COOLDOWN)
 
 
 def test_a_branch_and_a_line_search_leave_the_run_they_start_from_as_it_was():
