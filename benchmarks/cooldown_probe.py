@@ -1,5 +1,5 @@
-"""Would a loss read after a short cooldown tell a rate too low from a good one, where the window's loss
-does not? A probe of the short-horizon bias, outside the engine.
+"""Would a loss read after a short cooldown tell a rate too low from a good one, where the window's signals
+do not? A probe of the short-horizon bias, outside the engine.
 
     python -m benchmarks.cooldown_probe    # the families that do not climb from 10x too low, 3 starts
     python -m benchmarks.cooldown_probe --workloads regression --starts low
@@ -14,7 +14,7 @@ The probe: one process trains the workload in the issue's setting (500 steps, 25
 `OneCycleLR` shape at the start's peak, without the momentum cycle; each step's gradient averages 4 ranks'
 batches, as 4-process DDP does) from a start `offset` grid steps from its oracle's rate (the stored grid of
 `benchmarks.unseen`). At windows 2, 4, ..., 12 it branches: from the same state, a copy trains the next
-window at 0.8x and another at 1.25x the schedule (the same batches for both), and each is read three ways:
+window at 0.8x and another at 1.25x the schedule (the same batches for both), read five ways:
 
 - **window**: its mean training loss over the window (what the controller's rank signal reads);
 - **end**: its loss at the window's end on a fixed sample of 16 training batches;
