@@ -88,49 +88,56 @@ def sample_loss(task, model, sample) -> float:
         return sum(float(task.loss(model, b)) for bs in sample for b in bs) / sum(len(bs) for bs in sample)
 
 
-def branch(task, kind, model, opt, rates, sample, w: int, m: float, seed: int) -> tuple[float, ...]:
-    """(window, end, cool) of a copy trained through window `w` at `m` x the schedule."""
+def copied(task, kind, model, opt, rates):
+    """A copy of the model and its optimizer's state (deep-copied: `load_state_dict` would share the tensors,
+    and the copy would train the run's own state)."""
     net = copy.deepcopy(model)
     o = workloads.make_optimizer(kind, net.parameters(), rates[0], base=kind)
-    o.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict would share the tensors
-    torch.manual_seed(seed)  # dropout's and the like's draws alike for both multipliers (`isolated`)
+    o.load_state_dict(copy.deepcopy(opt.state_dict()))
+    return net, o
+
+
+def train_window(task, net, o, rates, w: int, m: float, seed: int) -> list[float]:
+    """Train `net` through window `w` at `m` x the schedule on the batches of `seed` (its global draws, a
+    dropout's and the like's, alike for every multiplier: `isolated`); its losses."""
+    torch.manual_seed(seed)
     data = stream(task, 1000 + seed)
-    losses = [step(task, net, o, next(data), m * rates[s]) for s in range(w * WINDOW, (w + 1) * WINDOW)]
-    end = sample_loss(task, net, sample)
-    last = m * rates[(w + 1) * WINDOW - 1]
+    return [step(task, net, o, next(data), m * rates[s]) for s in range(w * WINDOW, (w + 1) * WINDOW)]
+
+
+def cool_down(task, net, o, sample, last: float) -> float:
+    """The sample's loss after `COOLDOWN` steps whose rate falls linearly from a tenth of `last` to zero
+    (the same batches for every copy)."""
     cool = stream(task, 4242)
     for s in range(COOLDOWN):
         step(task, net, o, next(cool), 0.1 * last * (1 - s / COOLDOWN))
-    return sum(losses) / len(losses), end, sample_loss(task, net, sample)
+    return sample_loss(task, net, sample)
+
+
+def branch(task, kind, model, opt, rates, sample, w: int, m: float, seed: int) -> tuple[float, ...]:
+    """(window, end, cool) of a copy trained through window `w` at `m` x the schedule."""
+    net, o = copied(task, kind, model, opt, rates)
+    losses = train_window(task, net, o, rates, w, m, seed)
+    end = sample_loss(task, net, sample)
+    return sum(losses) / len(losses), end, cool_down(task, net, o, sample, m * rates[(w + 1) * WINDOW - 1])
 
 
 def line(task, kind, model, opt, rates, sample, w: int, seed: int) -> tuple[tuple[float, float], ...]:
     """((line, line_cool) at 0.8x, the same at 1.25x): the fixed sample's loss at the window's start plus
     `MULTIPLIERS` x the window's step (that of a copy trained through window `w` at the schedule), where
     replicas that share one gradient end the window; then after the cooldown from there."""
-    net = copy.deepcopy(model)
-    o = workloads.make_optimizer(kind, net.parameters(), rates[0], base=kind)
-    o.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict would share the tensors
-    torch.manual_seed(seed)
-    data = stream(task, 1000 + seed)
-    for s in range(w * WINDOW, (w + 1) * WINDOW):
-        step(task, net, o, next(data), rates[s])
+    net, o = copied(task, kind, model, opt, rates)
+    train_window(task, net, o, rates, w, 1.0, seed)
     start = [p.detach().clone() for p in model.parameters()]
     moved = [p.detach().clone() for p in net.parameters()]
     out = []
     for m in MULTIPLIERS:
-        probe_net = copy.deepcopy(net)
-        po = workloads.make_optimizer(kind, probe_net.parameters(), rates[0], base=kind)
-        po.load_state_dict(copy.deepcopy(o.state_dict()))
+        at_m, o_m = copied(task, kind, net, o, rates)
         with torch.no_grad():
-            for p, a, b in zip(probe_net.parameters(), start, moved, strict=True):
+            for p, a, b in zip(at_m.parameters(), start, moved, strict=True):
                 p.copy_(a + m * (b - a))
-        at = sample_loss(task, probe_net, sample)
-        last = m * rates[(w + 1) * WINDOW - 1]
-        cool = stream(task, 4242)
-        for s in range(COOLDOWN):
-            step(task, probe_net, po, next(cool), 0.1 * last * (1 - s / COOLDOWN))
-        out.append((at, sample_loss(task, probe_net, sample)))
+        at = sample_loss(task, at_m, sample)
+        out.append((at, cool_down(task, at_m, o_m, sample, m * rates[(w + 1) * WINDOW - 1])))
     return out[0], out[1]
 
 
