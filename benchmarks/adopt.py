@@ -12,12 +12,12 @@ seed (`ablate.Cell.stored_key`) where the benchmark stored one; a fresh seed rep
 FILE` (repeatable) also replaces the `default` arm of another ablate results file (`<cell>/<seed>/default`),
 for the side-by-side files whose default arm is meant to be the shipped default's. With `--changed` (after the
 default is changed in the code) a run replaces only a stored run whose recorded decisions today's controller
-no longer reproduces, so a run the change leaves alone keeps its stored result (a re-made run of a chaotic
-cell can differ in its last digits on another machine). Only runs named in the plan change; every other line
-of a file is written back as it was, in its order. A run's row does not record the job-level fields of the
-`benchmarks.ablate` invocation that made it (`--job`, e.g. a user's clip), so a side file made with them
-takes only runs made with the same ones: adopt those from their own results file, and leave the side file
-out of the others' `--side` (its runs are keyed like the rest).
+(or the health checks' stuck rule) no longer reproduces, so a run the change leaves alone keeps its stored
+result (a re-made run of a chaotic cell can differ in its last digits on another machine). Only runs named in
+the plan change; every other line of a file is written back as it was, in its order. A run's row does not
+record the job-level fields of the `benchmarks.ablate` invocation that made it (`--job`, e.g. a user's clip),
+so a side file made with them takes only runs made with the same ones: adopt those from their own results
+file, and leave the side file out of the others' `--side` (its runs are keyed like the rest).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from typing import Any
 from benchmarks import quality
 from benchmarks.ablate import Cell
 from benchmarks.pool import read_results
-from benchmarks.replay import recorded, replayed
+from benchmarks.replay import recorded, recorded_stuck, replayed, replayed_stuck
+from hdet_ray.core.health import HealthConfig
 
 
 def parse_key(key: str) -> tuple[str, int, int, str]:
@@ -68,14 +69,17 @@ def plan(source: Path, variant: str, side: list[Path] = ()) -> list[tuple[Path, 
 
 
 def changed(moves: list[tuple[Path, str, str]]) -> list[tuple[Path, str, str]]:
-    """The moves whose replaced run today's controller no longer reproduces (its recorded decisions differ
-    from a replay of its windows with the shipped settings): after a change of a default, the runs it
-    changes."""
+    """The moves whose replaced run today's engine no longer reproduces (its recorded decisions differ from a
+    replay of its windows with the shipped controller settings, or its recorded stuck verdicts from the
+    shipped health checks' stuck rule): after a change of a default, the runs it changes."""
     files: dict[Path, dict[str, Any]] = {}
+    health = HealthConfig()
     out = []
     for path, old, new in moves:
         row = (files.get(path) or files.setdefault(path, read_results(path)))[old]
-        if row.get("records") and replayed(row, {}) != recorded(row):
+        if row.get("records") and (
+            replayed(row, {}) != recorded(row) or replayed_stuck(row, health) != recorded_stuck(row)
+        ):
             out.append((path, old, new))
     return out
 

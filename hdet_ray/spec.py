@@ -237,6 +237,9 @@ class Health(_Model):
     blowup_progress: float = Field(core_default(HealthConfig, "blowup_progress"), ge=0, le=1)
     blowup_noise: float = Field(core_default(HealthConfig, "blowup_noise"), ge=0, allow_inf_nan=False)
     stuck_spread: float = Field(core_default(HealthConfig, "stuck_spread"), ge=0, lt=1)
+    stuck_spread_learned: float | None = Field(
+        core_default(HealthConfig, "stuck_spread_learned"), ge=0, lt=1, description="null: stuck_spread"
+    )
     stuck_windows: int = Field(core_default(HealthConfig, "stuck_windows"), ge=1)
     regressed_start: bool = core_default(HealthConfig, "regressed_start")
     best_after_exclusion: bool = core_default(HealthConfig, "best_after_exclusion")
@@ -267,6 +270,7 @@ class Health(_Model):
             blowup_progress=self.blowup_progress,
             blowup_noise=self.blowup_noise,
             stuck_spread=self.stuck_spread,
+            stuck_spread_learned=self.stuck_spread_learned,
             stuck_windows=self.stuck_windows,
             regressed_start=self.regressed_start,
             best_after_exclusion=self.best_after_exclusion,

@@ -72,3 +72,21 @@ def test_changed_keeps_only_the_moves_whose_stored_run_todays_controller_no_long
         (side, "unseen/regression/high/1/default", "unseen/regression/high/1/new"),
     ]
     assert adopt.changed(moves) == [moves[1]]
+
+
+def test_changed_also_keeps_a_move_whose_stored_run_the_stuck_rule_no_longer_reproduces(tmp_path):
+    cell = Cell("unseen/regression/high")
+    stored = cell.stored[cell.stored_key(0, "hdet")]
+    doctored = json.loads(json.dumps(stored))
+    # a stuck verdict the shipped health checks would not give, on a window every replica passed
+    record = doctored["records"][0]
+    record["reasons"] = {
+        str(i): "stuck: every replica at 1 whatever its rate" for i in range(len(record["losses"]))
+    }
+    side = tmp_path / "side.jsonl"
+    side.write_text(json.dumps({**doctored, "key": "unseen/regression/high/0/default"}) + "\n")
+    moves = [
+        (cell.stored_file, cell.stored_key(0, "hdet"), "unseen/regression/high/0/new"),
+        (side, "unseen/regression/high/0/default", "unseen/regression/high/0/new"),
+    ]
+    assert adopt.changed(moves) == [moves[1]]

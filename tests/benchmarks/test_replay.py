@@ -95,7 +95,7 @@ def test_the_stuck_rule_is_replayed_on_the_recorded_window_means():
     assert total >= 30 and stale == 0 and changes == []
     # on 2 replicas the median is the worse one: only the best replica's progress shows the run had learned
     changes, _, _ = replay.replay_stuck([n2], {"replica_learned": False})
-    assert [(c.key, c.window) for c in changes] == [("mlp/3/hdet/6", 9)]
+    assert [(c.key, c.window) for c in changes] == [("mlp/3/hdet/6", 5)]
     assert changes[0].before[0] and not changes[0].after[0]
 
 
@@ -108,7 +108,7 @@ def test_bad_health_settings_name_the_field(capsys):
 def test_the_stuck_rule_waits_for_its_second_window_in_a_row():
     n2 = common.results_dir("full") / "issue_setting_n2_runs.jsonl"
     changes, _, _ = replay.replay_stuck([n2], {"stuck_windows": 3})
-    assert [(c.key, c.window) for c in changes] == [("mlp/3/hdet/6", 9)]
+    assert [(c.key, c.window) for c in changes] == [("mlp/3/hdet/6", 5)]
     assert changes[0].before[0] and not changes[0].after[0]  # one window later than it acted
 
 

@@ -430,6 +430,32 @@ def test_replicas_level_whatever_their_rate_well_above_the_run_s_best_are_stuck(
     assert assess(negative, HealthConfig(), **memory_negative)[0] == [False] * 4
 
 
+def test_a_dead_network_whose_shards_set_its_replicas_apart_is_stuck_once_it_had_learned():
+    # benchmarks.unseen's distilled student from 10x too high, seed 4: it learned from 17.7 to 16.1 in its
+    # first window, then every replica sat at 17.5 to 18.6 for the rest of the run, each rank at its own
+    # level whatever rate the rotation gave it (its shard's data): 3% to 4% apart, never within 2%
+    dead = [stats(x, first=18.339) for x in (17.835, 18.502, 18.555, 17.819)]
+    memory = dict(previous=18.19, best=16.12, initial=17.679, stuck_before=1)
+    healthy, reasons = assess(dead, HealthConfig(), **memory)
+    assert healthy == [False] * 4 and all("above the run's best 16.12" in r for r in reasons.values())
+    assert assess(dead, HealthConfig(stuck_spread_learned=None), **memory)[0] == [True] * 4
+    assert assess(dead, HealthConfig(stuck_spread_learned=0.03), **memory)[0] == [True] * 4
+    # replicas 5% apart still answer to their rates
+    apart = [stats(x, first=18.3) for x in (17.6, 18.0, 18.3, 18.5)]
+    assert assess(apart, HealthConfig(), **memory)[0] == [True] * 4
+    # a run that never learned needs the 2% agreement, blown up or not: a live loss above its first level
+    # (a factorization whose factors grow) is as flat as a dead one, 3% apart
+    flat = [stats(x, first=2.33) for x in (2.28, 2.33, 2.35, 2.30)]
+    never = dict(previous=2.33, best=2.279, initial=2.321, stuck_before=1)
+    assert assess(flat, HealthConfig(), **never, blown=True)[0] == [True] * 4
+    assert assess(flat, HealthConfig(stuck_spread=0.04), **never, blown=True)[0] == [False] * 4
+
+
+def test_stuck_spread_learned_is_validated():
+    with pytest.raises(ValueError, match="stuck_spread_learned must be in"):
+        HealthConfig(stuck_spread_learned=1.0)
+
+
 def test_stuck_above_best_must_be_above_one():
     with pytest.raises(ValueError, match="stuck_above_best must be > 1 or None"):
         HealthConfig(stuck_above_best=1.0)

@@ -41,6 +41,7 @@ from hdet_ray.spec import ControllerSpec, Explore, Health, JobSpec, SpecError, c
                 "blowup_progress",
                 "blowup_noise",
                 "stuck_spread",
+                "stuck_spread_learned",
                 "stuck_windows",
                 "regressed_start",
                 "replica_learned",
