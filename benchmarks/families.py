@@ -74,10 +74,12 @@ image's unstandardised total ink, their losses summed; AdamW) and `distill` (a n
 a wider teacher at temperature 4; SGD + momentum), then `lora` (the fine-tune by low-rank adapters beside
 its frozen pretrained layers; AdamW), `weight_norm` (the digits MLP with weight-normalised layers; SGD +
 momentum) and `bayes` (a Bayesian MLP on the digits by Bayes by backprop, weights drawn in every forward
-pass, the KL to the prior most of the loss; Adam), then `segmentation` (a U-Net labelling every pixel of
-16x16 images of disks and squares; Adam), `masked_lm` (BERT's masked-byte objective on the LM's text, a
+pass, the KL to the prior most of the loss; Adam), then `segmentation` (a U-Net labelling every pixel of 16x16
+images of disks and squares; Adam), `masked_lm` (BERT's masked-byte objective on the LM's text, a
 bidirectional transformer encoder; AdamW) and `depthwise` (a MobileNet-style CNN of depthwise-separable blocks
-with GroupNorm and SiLU on the digits; SGD + momentum).
+with GroupNorm and SiLU on the digits; SGD + momentum), then on 2026-12-08 `ctc` (unaligned sequence labelling
+on the CTC loss, a 1-D CNN tagging every frame; Adam), `focal` (the digits MLP on the focal loss, gamma 2; SGD
++ momentum) and `lm_adafactor` (the byte LM under torch's `Adafactor`).
 """
 
 from __future__ import annotations
@@ -2599,3 +2601,94 @@ class DigitsDepthwise(Digits):
                 nn.Flatten(),
                 nn.Linear(2 * c, 10),
             )
+
+
+def _focal(out: torch.Tensor, y: torch.Tensor, gamma: float = 2.0) -> torch.Tensor:
+    """The focal loss: each example's cross-entropy weighted by (1 - p)^gamma, p its probability of the
+    right class, so that examples already classified well count for little."""
+    ce = nn.functional.cross_entropy(out, y, reduction="none")
+    return ((1.0 - torch.exp(-ce)) ** gamma * ce).mean()
+
+
+@dataclass
+class DigitsFocal(Digits):
+    """The digits MLP (SGD + momentum) trained on the focal loss (gamma 2) instead of the cross-entropy: an
+    example's loss shrinks as the square of its error probability, so the loss falls faster than a
+    cross-entropy toward zero and its gradient fades with it. Metric: the held-out focal loss."""
+
+    name: str = field(default="digits_focal", init=False)
+    chance_loss: float = field(default=0.81 * math.log(10), init=False)  # (1 - 1/10)^2 x ln 10
+    criterion = staticmethod(_focal)
+
+
+def _ctc(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """CTC loss of frame log-probabilities `out` (n, frames, symbols + 1; index 0 the blank) against label
+    sequences `y` (n, longest), each a prefix of symbols 1.. padded with zeros."""
+    log_probs = out.log_softmax(2).transpose(0, 1)
+    frames = torch.full((len(y),), out.shape[1], dtype=torch.long)
+    return nn.functional.ctc_loss(log_probs, y, frames, (y > 0).sum(1), zero_infinity=True)
+
+
+class _FrameTagger(nn.Module):
+    """Three 1-D convs (kernel 5, `width` channels, ReLU) over the frames, then a per-frame linear layer to
+    the symbols and the blank: (n, frames, features) -> (n, frames, symbols + 1) logits."""
+
+    def __init__(self, features: int, width: int, outputs: int) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv1d(features, width, 5, padding=2),
+            nn.ReLU(),
+            nn.Conv1d(width, width, 5, padding=2),
+            nn.ReLU(),
+            nn.Conv1d(width, width, 5, padding=2),
+            nn.ReLU(),
+        )
+        self.head = nn.Linear(width, outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.convs(x.transpose(1, 2)).transpose(1, 2))
+
+
+@dataclass
+class CTC(_Synthetic):
+    """Unaligned sequence labelling on the CTC loss, as speech recognition is trained: each example is 24
+    frames of 16 features in which a sequence of 3 to 6 symbols (of 8, no symbol twice in a row) is spoken,
+    each symbol for 2 or 3 frames as its fixed random embedding, with 0 or 1 silent (zero) frames before it
+    and silence after the last, under Gaussian noise of sd 1 on every frame; the labels carry the symbols'
+    order, not where they are. A 1-D CNN tags every frame (`_FrameTagger`, three convs of width 64); Adam.
+    The loss starts high and first falls to a plateau where every frame says "blank", before the alignment
+    is learned. Metric: the held-out CTC loss. No chance level is named."""
+
+    symbols: int = 8
+    frames: int = 24
+    features: int = 16
+    width: int = 64
+    name: str = field(default="ctc", init=False)
+    metric: str = field(default="val_loss", init=False)
+    criterion = staticmethod(_ctc)
+
+    def _data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g, n = self._draw()
+        embed = torch.randn(self.symbols, self.features, generator=g)
+        x = torch.randn(n, self.frames, self.features, generator=g)
+        lengths = torch.randint(3, 7, (n,), generator=g)
+        y = torch.zeros(n, 6, dtype=torch.long)
+        frame = torch.arange(self.frames)
+        t = torch.zeros(n, dtype=torch.long)
+        last = torch.full((n,), -1)
+        for j in range(6):  # at most 6 x (1 + 3) = 24 frames
+            s = torch.randint(0, self.symbols - 1, (n,), generator=g)
+            s = torch.where((last >= 0) & (s >= last), s + 1, s)  # never the symbol just spoken
+            t = t + torch.randint(0, 2, (n,), generator=g)
+            d = torch.randint(2, 4, (n,), generator=g)
+            spoken = j < lengths
+            mask = (frame >= t[:, None]) & (frame < (t + d)[:, None]) & spoken[:, None]
+            x += mask[:, :, None] * embed[s][:, None, :]
+            y[:, j] = torch.where(spoken, s + 1, 0)
+            last, t = s, t + d
+        return x, y
+
+    def model(self, seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _FrameTagger(self.features, self.width, self.symbols + 1)

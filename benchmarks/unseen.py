@@ -152,6 +152,9 @@ CENTRE = {
     "segmentation": 1e-3,
     "masked_lm": 3e-3,
     "depthwise": 0.1,
+    "ctc": 1e-3,
+    "focal": 0.1,
+    "lm_adafactor": 1e-2,
 }
 """The grid's middle rate per workload (a familiar default for its optimizer; the grid spans 1000x)."""
 TIE = 0.995

@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import OneCycleLR
 
 from benchmarks.families import (
+    CTC,
     BagOfWords,
     ByteGRU,
     ByteLMDropout,
@@ -55,6 +56,7 @@ from benchmarks.families import (
     DigitsDistill,
     DigitsEMA,
     DigitsExperts,
+    DigitsFocal,
     DigitsFullBatch,
     DigitsHinge,
     DigitsLongTail,
@@ -114,7 +116,9 @@ class Workload:
     'amsgrad' (AdamW as 'adamw' with `amsgrad=True`: its state keeps the second moment's running maximum),
     'adadelta' (torch's defaults, `lr=1.0` its documented rate; no momentum to cycle: a step of the rate times
     the ratio of two running averages, the past steps' and the gradients' root mean squares), 'sgd_plain'
-    (SGD with no momentum; both schedulers get `cycle_momentum=False`, which would otherwise switch it on)."""
+    (SGD with no momentum; both schedulers get `cycle_momentum=False`, which would otherwise switch it on),
+    'adafactor' (torch's `Adafactor` at its defaults, whose step is the rate times each parameter's RMS over
+    a factored second moment; no momentum to cycle)."""
     steps: int
     sync_every: int
 
@@ -147,6 +151,8 @@ def make_optimizer(kind: str, params, lr: float, base: str = "adam") -> torch.op
         return torch.optim.RAdam(params, lr=lr)
     if kind == "adamax":
         return torch.optim.Adamax(params, lr=lr)
+    if kind == "adafactor":
+        return torch.optim.Adafactor(params, lr=lr)
     if kind == "prodigy":
         from prodigyopt import Prodigy
 
@@ -246,6 +252,9 @@ TASKS = {
     "segmentation": (Segmentation, {}, "adam"),
     "masked_lm": (MaskedLM, {}, "adamw"),
     "depthwise": (DigitsDepthwise, {}, "sgd"),
+    "ctc": (CTC, {}, "adam"),
+    "focal": (DigitsFocal, {}, "sgd"),
+    "lm_adafactor": (ByteLM, {**SMALL_BYTES, "heads": 2}, "adafactor"),
 }
 
 

@@ -19,7 +19,7 @@ def test_a_workload_builds_and_its_loss_and_metric_are_finite(name, tmp_path, mo
     assert loss.dim() == 0 and math.isfinite(loss.item())
     assert math.isfinite(task.evaluate(model)[task.metric])
     kinds = {"sgd", "adam", "adamw", "nadam", "rmsprop", "nesterov", "adagrad", "radam", "adamax", "amsgrad"}
-    kinds |= {"adadelta", "sgd_plain"}
+    kinds |= {"adadelta", "sgd_plain", "adafactor"}
     assert optimizer in kinds
     workloads.make_optimizer(optimizer, model.parameters(), 1e-3)
 
@@ -655,3 +655,39 @@ def test_the_segmentation_the_masked_lm_and_the_depthwise_cnn_build_as_their_doc
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())
     x, y = next(depthwise.batches(0, 4, 0))
     assert net(x).shape == (32, 10)
+
+
+def test_the_ctc_the_focal_and_the_adafactor_families_build_as_their_docstrings_say():
+    ctc, optimizer = workloads.build("ctc")
+    x, y = ctc._data()
+    lengths = (y > 0).sum(1)
+    assert optimizer == "adam" and x.shape == (9216, 24, 16) and int(lengths.min()) == 3
+    assert int(lengths.max()) == 6 and bool((y[:, 1:][y[:, :-1] == 0] == 0).all())  # a prefix, zero-padded
+    assert bool(((y[:, 1:] != y[:, :-1]) | (y[:, 1:] == 0)).all())  # no symbol twice in a row
+    assert int(y.max()) == 8 and int(y.min()) == 0  # symbols 1..8, 0 the blank (padding)
+    batch = next(ctc.batches(0, 4, 0))
+    model = ctc.model(0)
+    assert model(batch[0]).shape == (32, 24, 9) and math.isfinite(ctc.loss(model, batch).item())
+    # a tagger that knows the alignment scores near zero: the labels are spoken in the frames
+    g = torch.Generator().manual_seed(0)
+    embed = torch.randn(8, 16, generator=g)  # `_data` draws the symbols' embeddings first
+    noise_free = x[:64] - torch.randn(9216, 24, 16, generator=g)[:64]
+    # each noise-free frame is silence or one symbol's embedding exactly
+    voices = torch.cat([torch.zeros(1, 16), embed])
+    said = torch.cdist(noise_free, voices.expand(64, 9, 16)).argmin(2)
+    ideal = torch.nn.functional.one_hot(said, 9).float() * 20 - 10
+    assert ctc.criterion(ideal, y[:64]).item() < 1e-3
+
+    focal, optimizer = workloads.build("focal")
+    out, target = torch.tensor([[2.0, 0.0, -1.0]]), torch.tensor([0])
+    ce = torch.nn.functional.cross_entropy(out, target)
+    assert optimizer == "sgd" and focal.criterion(out, target).item() == pytest.approx(
+        ((1 - torch.exp(-ce)) ** 2 * ce).item()
+    )
+    assert focal.criterion(focal.model(0)(torch.zeros(4, 64)) * 0, torch.arange(4)).item() == pytest.approx(
+        focal.chance_loss
+    )
+
+    lm, optimizer = workloads.build("lm_adafactor")
+    opt = workloads.make_optimizer(optimizer, lm.model(0).parameters(), 1e-2)
+    assert isinstance(opt, torch.optim.Adafactor) and not {"momentum", "betas"} & set(opt.defaults)
